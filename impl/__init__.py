@@ -1,0 +1,1 @@
+"""Production implementations: the spec's public API, fast."""

@@ -1,0 +1,1 @@
+"""Production InfiniLM bookkeeping."""

@@ -1,0 +1,1 @@
+"""Executable reference models: simple, obviously correct, slow is fine."""

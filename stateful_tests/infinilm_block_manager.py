@@ -1,0 +1,790 @@
+"""Lockstep checking of InfiniLM block managers: the driver, the hypothesis machine, the fuzzer.
+
+One :class:`Driver` holds the generator's model of who holds which pages (request tables, prefix
+pins) and knows the operation alphabet; each operation draws its arguments from a
+:class:`Chooser`, calls the spec and the target in lockstep (:class:`~stateful_tests.lockstep.Lockstep`)
+and then checks the ledger invariants. The hypothesis machine draws through ``st.data()`` (depth
+and shrinking), the fuzzer through a seeded ``random.Random`` (volume); both use the same code.
+
+Draws are biased where bugs live: prompt lengths n·B−1, n·B, n·B+1; prompts that share a prefix
+with earlier ones (over a two-token vocabulary, so equal blocks and duplicate-hash pages are
+common); small pools that fill up; reclaim counts around the free-deque length.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from spec import invariants as inv
+from spec.errors import OutOfBlocksError
+from spec.infinilm.block_manager import BlockManager as SpecBlockManager
+from spec.infinilm.prefix_cache import chain_hashes
+from spec.infinilm.snapshot import read_block_manager
+from stateful_tests.lockstep import Divergence, Lockstep, Step
+
+COMPONENT = "infinilm-block-manager"
+T = TypeVar("T")
+
+# Operations that validate their input before changing anything: when they raise, the snapshot must
+# not change. Reclamation inside allocate/append is not validation: OutOfBlocksError keeps evictions
+# (reference §8.3), and free_blocks decrements entry by entry.
+_VALIDATE_FIRST = {
+    "allocate_slots",
+    "append_slot",
+    "append_slots",
+    "truncate_blocks",
+    "publish_computed_blocks",
+    "try_free_blocks",
+    "can_allocate",
+    "update_blocks_slot",
+    "get_computed_blocks",
+}
+
+
+def validate_first(method: str, exc: BaseException) -> bool:
+    return method in _VALIDATE_FIRST and not isinstance(exc, OutOfBlocksError)
+
+
+SNAPSHOT_CHECKS = {
+    "free_block_ids": "identical_eviction_order",
+    "used_block_ids": "identical_eviction_order",
+    "ref_counts": "referenced_count_matches_live_pages",
+    "hash_to_block_ids": "prefix_index_consistent",
+    "hashes": "prefix_index_consistent",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Pool shape and draw bounds of one run."""
+
+    num_blocks: int = 8
+    block_size: int = 2
+    vocab: int = 2
+    max_prompt_pages: int = 4
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Chooser(Protocol):
+    def int(self, lo: int, hi: int) -> int: ...
+    def pick(self, items: Sequence[T]) -> T: ...
+    def chance(self, p: float) -> bool: ...
+
+
+class RandomChooser:
+    """Seeded draws for the fuzzer."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    def pick(self, items: Sequence[T]) -> T:
+        return items[self.rng.randrange(len(items))]
+
+    def chance(self, p: float) -> bool:
+        return self.rng.random() < p
+
+
+class DataChooser:
+    """Draws through hypothesis ``st.data()`` so failures shrink."""
+
+    def __init__(self, data: st.DataObject) -> None:
+        self.data = data
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.data.draw(st.integers(lo, hi))
+
+    def pick(self, items: Sequence[T]) -> T:
+        return items[self.data.draw(st.integers(0, len(items) - 1))]
+
+    def chance(self, p: float) -> bool:
+        # index 0 (shrink target) = False: shrinking removes the biased branch first
+        return self.data.draw(st.integers(0, 999)) >= 1000 - int(p * 1000)
+
+
+@dataclass
+class Holder:
+    """A live owner of page references: a request's block table or a prefix pin."""
+
+    kind: str  # "request" | "pin"
+    table: list[int]
+    tokens: list[int] = field(default_factory=list)
+    length: int = 0  # tokens whose slots exist (the request's KV length)
+    indexed: int = 0  # leading pages already published
+
+
+class Driver:
+    """The operation alphabet over one spec/target pair, with the ledger of live holders."""
+
+    def __init__(self, target_factory: Callable[[int, int], Any], config: Config) -> None:
+        self.config = config
+        self.spec = SpecBlockManager(config.num_blocks, config.block_size)
+        self.target = target_factory(config.num_blocks, config.block_size)
+        self.ls = Lockstep(
+            self.spec,
+            self.target,
+            read_block_manager,
+            state_invariants=inv.STATE_INVARIANTS,
+            validate_first=validate_first,
+            snapshot_checks=SNAPSHOT_CHECKS,
+        )
+        self.holders: list[Holder] = []
+        self.released: list[list[int]] = []
+        self.prompts: list[list[int]] = []
+        self.ledger_valid = True
+        self.coverage: Counter[str] = Counter()
+
+    # ------------------------------------------------------------ plumbing
+    @property
+    def steps(self) -> list[Step]:
+        return self.ls.steps
+
+    def requests(self) -> list[Holder]:
+        return [h for h in self.holders if h.kind == "request"]
+
+    def decodable(self) -> list[Holder]:
+        """Requests whose table holds exactly ceil(L/B) pages (no pending draft pages)."""
+        size = self.config.block_size
+        return [h for h in self.requests() if len(h.table) == -(-h.length // size)]
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Lockstep call, coverage bookkeeping, ledger invariants; the spec's raw outcome."""
+        free_before = set(self.ls.after.free_block_ids)
+        out = self.ls.call(method, *args)
+        snap = self.ls.after
+        self.coverage[f"call:{method}"] += 1
+        if out.raised is not None:
+            self.coverage[f"raise:{method}:{type(out.raised).__name__}"] += 1
+        evicted = [p for p in snap.free_block_ids if p not in free_before]
+        if evicted and method != "truncate_blocks":
+            self.coverage["path:eviction"] += 1
+            if method == "try_free_blocks" and len(free_before) >= args[0]:
+                self.coverage["path:quirk_a_evict_one"] += 1
+            if out.returned is None and out.raised is None and method == "allocate_slots":
+                self.coverage["path:quirk_b_failed_reclaim_evicts"] += 1
+            if method == "try_free_blocks" and out.returned is False:
+                self.coverage["path:quirk_b_failed_reclaim_evicts"] += 1
+        if method == "allocate_slots" and out.raised is None and out.returned is None:
+            self.coverage["path:allocate_returns_none"] += 1
+        if isinstance(out.raised, OutOfBlocksError):
+            self.coverage["path:out_of_blocks"] += 1
+        if not snap.free_block_ids:
+            self.coverage["path:pool_full"] += 1
+        if any(len(ids) > 1 for _, ids in snap.hash_to_block_ids):
+            self.coverage["path:duplicate_hash_pages"] += 1
+        if method == "get_computed_blocks" and out.returned and out.returned[0]:
+            self.coverage["path:prefix_hit"] += 1
+        return out
+
+    def after_call(self) -> None:
+        """Record the ledger in the last step and check the invariants that need it."""
+        tables = [list(h.table) for h in self.holders]
+        self.ls.steps[-1].holders = tables if self.ledger_valid else None
+        self.check_ledger(tables)
+
+    def check_ledger(self, tables: list[list[int]]) -> None:
+        snap = self.ls.after
+        usable = self.target.get_total_usable_blocks()
+        problem = inv.referenced_count_matches_live_pages(
+            snap, usable, tables if self.ledger_valid else None
+        )
+        if problem:
+            raise self.ls.fail("referenced_count_matches_live_pages", problem)
+        if not self.ledger_valid:
+            return
+        problem = inv.no_live_eviction(snap, tables)
+        if problem:
+            raise self.ls.fail("no_live_eviction", problem)
+        if not tables:
+            self.coverage["path:quiescence_checked"] += 1
+            problem = inv.no_leak_at_quiescence(snap)
+            if problem:
+                raise self.ls.fail("no_leak_at_quiescence", problem)
+
+    def expect_rejected(self, out: Any) -> None:
+        """A bad-input call that the spec accepted would desynchronise the ledger: stop using it."""
+        if out.raised is None:
+            self.ledger_valid = False
+            self.coverage["path:bad_input_accepted"] += 1
+
+    # ------------------------------------------------------------ draws
+    def draw_length(self, c: Chooser) -> int:
+        size = self.config.block_size
+        pages = c.int(0, self.config.max_prompt_pages)
+        if c.chance(0.7):
+            return max(1, pages * size + c.pick((-1, 0, 1)))
+        return max(1, pages * size + c.int(0, size - 1))
+
+    def draw_tokens(self, c: Chooser, n: int) -> list[int]:
+        tokens: list[int] = []
+        if self.prompts and c.chance(0.6):
+            base = c.pick(self.prompts)
+            tokens = list(base[: c.int(0, min(n, len(base)))])
+        while len(tokens) < n:
+            tokens.append(c.int(0, self.config.vocab - 1))
+        return tokens
+
+    def draw_count(self, c: Chooser) -> int:
+        n, free = self.config.num_blocks, len(self.ls.after.free_block_ids)
+        return c.pick((0, 1, 2, free, free + 1, n, n + 1, c.int(0, n + 2)))
+
+    def hashes(self, tokens: list[int]) -> list[bytes]:
+        return chain_hashes(tokens, self.config.block_size)
+
+    # ------------------------------------------------------------ operations (simple first)
+    def capacity_query(self, c: Chooser) -> None:
+        method = c.pick(("get_num_free_blocks", "get_total_usable_blocks", "can_allocate"))
+        if method == "can_allocate":
+            self.call(method, self.draw_count(c))
+        else:
+            self.call(method)
+        self.after_call()
+
+    def try_free_blocks(self, c: Chooser) -> None:
+        self.call("try_free_blocks", self.draw_count(c))
+        self.after_call()
+
+    def allocate_slots(self, c: Chooser) -> None:
+        """Admit a request without prefix lookup; sometimes with remote-computed tokens."""
+        p = self.draw_length(c)
+        tokens = self.draw_tokens(c, p)
+        computed = c.int(0, p - 1) if c.chance(0.2) else 0
+        out = self.call("allocate_slots", p - computed, computed)
+        if out.raised is None and out.returned is not None:
+            self.holders.append(Holder("request", list(out.returned[0]), tokens, p, 0))
+            self.prompts.append(tokens)
+        self.after_call()
+
+    def allocate_slots_with_prefix(self, c: Chooser) -> None:
+        """The scheduler's admission: pin the cached prefix (P-1 cap), allocate, unpin on failure."""
+        p = self.draw_length(c)
+        tokens = self.draw_tokens(c, p)
+        hashes = self.hashes(tokens)
+        cap = p - 1 if c.chance(0.9) else c.int(0, p + self.config.block_size)
+        out = self.call("get_computed_blocks", hashes, cap)
+        cached, hit = out.returned
+        pin = Holder("pin", list(cached))
+        if cached:
+            self.holders.append(pin)
+        self.after_call()
+        computed = hit + (c.int(0, max(0, p - 1 - hit)) if c.chance(0.2) else 0)
+        out = self.call("allocate_slots", max(p - computed, 0), computed, list(cached))
+        if cached:
+            self.holders.remove(pin)
+        if out.raised is None and out.returned is not None:
+            self.holders.append(
+                Holder("request", list(out.returned[0]), tokens, max(p, computed), len(cached))
+            )
+            self.prompts.append(tokens)
+            self.after_call()
+        elif out.raised is None:
+            if cached:
+                self.holders.append(pin)
+                self.after_call()
+                self.call("free_blocks", list(cached))
+                self.holders.remove(pin)
+            self.after_call()
+        else:
+            self.after_call()
+
+    def get_computed_blocks(self, c: Chooser) -> None:
+        """A standalone pin of a known prompt's cached prefix (released later like a table)."""
+        if not self.prompts:
+            return
+        tokens = c.pick(self.prompts)
+        out = self.call("get_computed_blocks", self.hashes(tokens), c.int(0, len(tokens) + 1))
+        if out.returned[0]:
+            self.holders.append(Holder("pin", list(out.returned[0])))
+        self.after_call()
+
+    def publish_computed_blocks(self, c: Chooser) -> None:
+        h = c.pick(self.requests())
+        hashes = self.hashes(h.tokens[: h.length])
+        out = self.call("publish_computed_blocks", list(h.table), hashes, h.indexed, h.length)
+        if out.raised is None:
+            h.indexed = out.returned
+        self.after_call()
+
+    def append_slot(self, c: Chooser) -> None:
+        """Decode one token: L = length + 1."""
+        h = c.pick(self.decodable())
+        out = self.call("append_slot", list(h.table), h.length + 1)
+        if out.raised is None:
+            h.table = list(out.returned[0])
+            h.length += 1
+            h.tokens = (h.tokens + [c.int(0, self.config.vocab - 1)])[: h.length]
+        self.after_call()
+
+    def append_slots(self, c: Chooser) -> None:
+        """Provisional slots for the next token plus drafts (start = L + 1)."""
+        h = c.pick(self.decodable())
+        out = self.call(
+            "append_slots", list(h.table), h.length + 1, c.int(0, 2 * self.config.block_size)
+        )
+        if out.raised is None:
+            h.table = list(out.returned[0])
+        self.after_call()
+
+    def truncate_blocks(self, c: Chooser) -> None:
+        """Roll back (or accept drafts up) to ``keep`` tokens."""
+        h = c.pick(self.requests())
+        size = self.config.block_size
+        capacity = len(h.table) * size
+        keep = c.pick(
+            (h.length, h.length + 1, capacity, c.int(1, max(1, capacity)), h.length - size)
+        )
+        keep = max(1, min(keep, capacity)) if capacity else 1
+        out = self.call("truncate_blocks", list(h.table), keep)
+        if out.raised is None:
+            h.table = list(out.returned)
+            while len(h.tokens) < keep:
+                h.tokens.append(c.int(0, self.config.vocab - 1))
+            h.tokens = h.tokens[:keep]
+            h.length = keep
+            h.indexed = min(h.indexed, len(h.table))
+        self.after_call()
+
+    def update_blocks_slot(self, c: Chooser) -> None:
+        h = c.pick(self.requests())
+        a = c.int(0, h.length)
+        self.call("update_blocks_slot", list(h.table), a, c.int(a, h.length))
+        self.after_call()
+
+    def free_blocks(self, c: Chooser) -> None:
+        """Release a request table or a pin."""
+        h = c.pick(self.holders)
+        out = self.call("free_blocks", list(h.table))
+        if out.raised is None:
+            self.holders.remove(h)
+            self.released.append(list(h.table))
+        self.after_call()
+
+    def release_all(self, c: Chooser) -> None:
+        """Every holder releases; the ledger is then empty, so quiescence is checked."""
+        for h in list(self.holders):
+            out = self.call("free_blocks", list(h.table))
+            if out.raised is None:
+                self.holders.remove(h)
+                self.released.append(list(h.table))
+            self.after_call()
+
+    # ------------------------------------------------------------ bad inputs
+    def bad_double_free(self, c: Chooser) -> None:
+        """Release a table again; only when its last page (checked first) is unreferenced, so the
+        legacy per-page assert fires before any decrement."""
+        candidates = [t for t in self.released if t and self.spec.blocks[t[-1]].ref_count == 0]
+        if not candidates:
+            return
+        self.expect_rejected(self.call("free_blocks", list(c.pick(candidates))))
+        self.after_call()
+
+    def bad_page_id(self, c: Chooser) -> None:
+        """Unknown or out-of-range page ids where an operation reads page metadata."""
+        n = self.config.num_blocks
+        bad = c.pick((n, n + 7, -1, -n))
+        size = self.config.block_size
+        kind = c.int(0, 2)
+        if kind == 0:  # the bad id is released first (reversed order): nothing changes
+            table = list(c.pick(self.holders).table) if self.holders and c.chance(0.5) else []
+            out = self.call("free_blocks", [*table, bad])
+        elif kind == 1:
+            out = self.call("publish_computed_blocks", [bad], [b"\x01" * 16], 0, size)
+        else:
+            out = self.call("truncate_blocks", [bad], 1 if c.chance(0.5) else size)
+        self.expect_rejected(out)
+        self.after_call()
+
+    def bad_counts(self, c: Chooser) -> None:
+        """Negative counts and impossible lengths."""
+        size = self.config.block_size
+        table = list(c.pick(self.holders).table) if self.holders else []
+        choice = c.int(0, 7)
+        if choice == 0:
+            out = self.call("allocate_slots", -1 - c.int(0, 3), 0)
+        elif choice == 1:
+            out = self.call("allocate_slots", 1, -1)
+        elif choice == 2:
+            out = self.call("try_free_blocks", -1)
+        elif choice == 3:
+            out = self.call("can_allocate", -1 - c.int(0, 3))
+        elif choice == 4:
+            out = self.call("append_slots", table, 1, -1)
+        elif choice == 5:
+            out = self.call("append_slot", table, 0)
+        elif choice == 6:
+            out = self.call("update_blocks_slot", table, 0, len(table) * size + 1 + c.int(0, size))
+        else:
+            out = self.call("truncate_blocks", table, c.pick((0, len(table) * size + 1)))
+        self.expect_rejected(out)
+        self.after_call()
+
+    def bad_table_length(self, c: Chooser) -> None:
+        """A table whose length does not match the token count the call states."""
+        h = c.pick(self.requests())
+        size = self.config.block_size
+        if c.chance(0.5) and h.table:
+            # a cached table longer than the computed tokens it claims: always rejected
+            self.expect_rejected(
+                self.call("allocate_slots", 1, len(h.table) * size - 1, list(h.table))
+            )
+        else:
+            start = max(1, h.length + 1 + c.pick((size, -size, 2 * size)))
+            out = self.call("append_slots", list(h.table), start, 1)
+            if out.raised is None:  # the drawn start happened to fit: the pages are the request's
+                h.table = list(out.returned[0])
+        self.after_call()
+
+    def bad_duplicate_ids(self, c: Chooser) -> None:
+        """Duplicate page ids in a truncated range or a published range."""
+        h = c.pick(self.requests())
+        size = self.config.block_size
+        page = h.table[-1]
+        if c.chance(0.5):
+            out = self.call("truncate_blocks", [*h.table, page], len(h.table) * size)
+        else:
+            out = self.call(
+                "publish_computed_blocks", [page, page], [b"\x01" * 16, b"\x02" * 16], 0, 2 * size
+            )
+        self.expect_rejected(out)
+        self.after_call()
+
+    def bad_republish(self, c: Chooser) -> None:
+        """Publish a request's pages again from block 0 once some are published."""
+        h = c.pick([r for r in self.requests() if r.indexed > 0])
+        out = self.call(
+            "publish_computed_blocks", list(h.table), self.hashes(h.tokens[: h.length]), 0, h.length
+        )
+        self.expect_rejected(out)
+        self.after_call()
+
+
+# Operation table shared by the fuzzer: (name, weight, enabled(driver)).
+OPERATIONS: list[tuple[str, int, Callable[[Driver], bool]]] = [
+    ("capacity_query", 4, lambda d: True),
+    ("try_free_blocks", 4, lambda d: True),
+    ("allocate_slots", 10, lambda d: True),
+    ("allocate_slots_with_prefix", 14, lambda d: True),
+    ("get_computed_blocks", 3, lambda d: bool(d.prompts)),
+    ("publish_computed_blocks", 10, lambda d: bool(d.requests())),
+    ("append_slot", 14, lambda d: bool(d.decodable())),
+    ("append_slots", 5, lambda d: bool(d.decodable())),
+    ("truncate_blocks", 5, lambda d: bool(d.requests())),
+    ("update_blocks_slot", 2, lambda d: bool(d.requests())),
+    ("free_blocks", 12, lambda d: bool(d.holders)),
+    ("release_all", 1, lambda d: bool(d.holders)),
+    ("bad_double_free", 2, lambda d: bool(d.released)),
+    ("bad_page_id", 1, lambda d: True),
+    ("bad_counts", 1, lambda d: True),
+    ("bad_table_length", 1, lambda d: bool(d.requests())),
+    ("bad_duplicate_ids", 1, lambda d: bool(d.requests())),
+    ("bad_republish", 1, lambda d: any(r.indexed > 0 for r in d.requests())),
+]
+
+
+# ============================================================================ hypothesis machine
+def make_machine(target_factory: Callable[[int, int], Any]) -> type[RuleBasedStateMachine]:
+    """A lockstep ``RuleBasedStateMachine`` for ``target_factory`` (one rule per operation)."""
+
+    def has_requests(m: Any) -> bool:
+        return bool(m.d.requests())
+
+    class BlockManagerLockstep(RuleBasedStateMachine):
+        drivers_started = 0
+        steps_run = 0
+        last_driver: Driver | None = None
+        coverage: Counter[str] = Counter()
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.d: Driver
+
+        @initialize(data=st.data())
+        def pool(self, data: st.DataObject) -> None:
+            c = DataChooser(data)
+            config = Config(num_blocks=c.int(1, 8), block_size=c.int(1, 4), vocab=2)
+            self.d = Driver(target_factory, config)
+            cls = type(self)
+            cls.drivers_started += 1
+            cls.last_driver = self.d
+
+        def _run(self, op: str, data: st.DataObject) -> None:
+            before = len(self.d.steps)
+            try:
+                getattr(self.d, op)(DataChooser(data))
+            finally:
+                cls = type(self)
+                cls.steps_run += len(self.d.steps) - before
+                cls.coverage[f"rule:{op}"] += 1
+
+        # simple operations first: shrinking prefers them
+        @rule(data=st.data())
+        def capacity_query(self, data: st.DataObject) -> None:
+            self._run("capacity_query", data)
+
+        @rule(data=st.data())
+        def try_free_blocks(self, data: st.DataObject) -> None:
+            self._run("try_free_blocks", data)
+
+        @rule(data=st.data())
+        def allocate_slots(self, data: st.DataObject) -> None:
+            self._run("allocate_slots", data)
+
+        @rule(data=st.data())
+        def allocate_slots_with_prefix(self, data: st.DataObject) -> None:
+            self._run("allocate_slots_with_prefix", data)
+
+        @precondition(lambda self: bool(self.d.prompts))
+        @rule(data=st.data())
+        def get_computed_blocks(self, data: st.DataObject) -> None:
+            self._run("get_computed_blocks", data)
+
+        @precondition(has_requests)
+        @rule(data=st.data())
+        def publish_computed_blocks(self, data: st.DataObject) -> None:
+            self._run("publish_computed_blocks", data)
+
+        @precondition(lambda self: bool(self.d.decodable()))
+        @rule(data=st.data())
+        def append_slot(self, data: st.DataObject) -> None:
+            self._run("append_slot", data)
+
+        @precondition(lambda self: bool(self.d.decodable()))
+        @rule(data=st.data())
+        def append_slots(self, data: st.DataObject) -> None:
+            self._run("append_slots", data)
+
+        @precondition(has_requests)
+        @rule(data=st.data())
+        def truncate_blocks(self, data: st.DataObject) -> None:
+            self._run("truncate_blocks", data)
+
+        @precondition(has_requests)
+        @rule(data=st.data())
+        def update_blocks_slot(self, data: st.DataObject) -> None:
+            self._run("update_blocks_slot", data)
+
+        @precondition(lambda self: bool(self.d.holders))
+        @rule(data=st.data())
+        def free_blocks(self, data: st.DataObject) -> None:
+            self._run("free_blocks", data)
+
+        @precondition(lambda self: bool(self.d.holders))
+        @rule(data=st.data())
+        def release_all(self, data: st.DataObject) -> None:
+            self._run("release_all", data)
+
+        @precondition(lambda self: bool(self.d.released))
+        @rule(data=st.data())
+        def bad_double_free(self, data: st.DataObject) -> None:
+            self._run("bad_double_free", data)
+
+        @rule(data=st.data())
+        def bad_page_id(self, data: st.DataObject) -> None:
+            self._run("bad_page_id", data)
+
+        @rule(data=st.data())
+        def bad_counts(self, data: st.DataObject) -> None:
+            self._run("bad_counts", data)
+
+        @precondition(has_requests)
+        @rule(data=st.data())
+        def bad_table_length(self, data: st.DataObject) -> None:
+            self._run("bad_table_length", data)
+
+        @precondition(has_requests)
+        @rule(data=st.data())
+        def bad_duplicate_ids(self, data: st.DataObject) -> None:
+            self._run("bad_duplicate_ids", data)
+
+        @precondition(lambda self: any(r.indexed > 0 for r in self.d.requests()))
+        @rule(data=st.data())
+        def bad_republish(self, data: st.DataObject) -> None:
+            self._run("bad_republish", data)
+
+        # invariants, named as in DESIGN.md (the driver also checks them after every call)
+        def _state(self, name: str) -> None:
+            problem = inv.STATE_INVARIANTS[name](read_block_manager(self.d.target))
+            if problem:
+                raise self.d.ls.fail(name, problem)
+
+        @invariant()
+        def free_and_used_partition_pool(self) -> None:
+            self._state("free_and_used_partition_pool")
+
+        @invariant()
+        def free_pages_unreferenced(self) -> None:
+            self._state("free_pages_unreferenced")
+
+        @invariant()
+        def prefix_index_consistent(self) -> None:
+            self._state("prefix_index_consistent")
+
+        @invariant()
+        def referenced_count_matches_live_pages(self) -> None:
+            self.d.check_ledger([list(h.table) for h in self.d.holders])
+
+    return BlockManagerLockstep
+
+
+# ============================================================================ runners
+@dataclass
+class RunResult:
+    """Outcome of ``check``, ``fuzz`` or ``replay``: the fields of the CLI's JSON documents."""
+
+    target: str
+    passed: bool
+    examples: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    coverage: dict[str, int] = field(default_factory=dict)
+    failure: Divergence | None = None
+    trace: dict[str, Any] | None = None
+
+
+def _trace(target: str, config: Config, failure: Divergence) -> dict[str, Any]:
+    from stateful_tests.lockstep import trace_document
+
+    return trace_document(COMPONENT, target, config.to_json(), failure.steps, failure)
+
+
+def check(target_factory: Callable[[int, int], Any], target: str, settings: Any) -> RunResult:
+    """Run the hypothesis lockstep machine under ``settings``; the shrunk trace on failure."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    machine = make_machine(target_factory)
+    started = time.perf_counter()
+    try:
+        run_state_machine_as_test(machine, settings=settings)
+        failure = None
+    except Divergence as exc:
+        failure = exc
+    result = RunResult(
+        target,
+        failure is None,
+        examples=machine.drivers_started,  # type: ignore[attr-defined]
+        steps=machine.steps_run,  # type: ignore[attr-defined]
+        seconds=time.perf_counter() - started,
+        coverage=dict(machine.coverage),  # type: ignore[attr-defined]
+        failure=failure,
+    )
+    if failure is not None and machine.last_driver is not None:  # type: ignore[attr-defined]
+        result.trace = _trace(target, machine.last_driver.config, failure)  # type: ignore[attr-defined]
+    return result
+
+
+def fuzz(
+    target_factory: Callable[[int, int], Any],
+    target: str,
+    ops: int,
+    seed: int,
+    *,
+    episode_ops: int = 400,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Seeded differential fuzzing: episodes on fresh pools of varied shape until ``ops`` calls."""
+    rng = random.Random(seed)
+    chooser = RandomChooser(rng)
+    names = [name for name, _, _ in OPERATIONS]
+    coverage: Counter[str] = Counter()
+    done = episodes = 0
+    started = time.perf_counter()
+    while done < ops:
+        config = Config(
+            num_blocks=rng.choice((1, 2, 3, 4, 5, 6, 8, 12, 16)),
+            block_size=rng.choice((1, 2, 3, 4, 8)),
+            vocab=rng.choice((2, 2, 3)),
+            max_prompt_pages=rng.choice((2, 4, 6)),
+        )
+        d = Driver(target_factory, config)
+        episodes += 1
+        try:
+            while len(d.steps) < episode_ops and done + len(d.steps) < ops:
+                enabled = [(n, w) for n, w, ok in OPERATIONS if ok(d)]
+                name = rng.choices([n for n, _ in enabled], [w for _, w in enabled])[0]
+                getattr(d, name)(chooser)
+                coverage[f"rule:{name}"] += 1
+        except Divergence as exc:
+            coverage.update(d.coverage)
+            return RunResult(
+                target,
+                False,
+                episodes,
+                done + len(d.steps),
+                time.perf_counter() - started,
+                dict(coverage),
+                exc,
+                _trace(target, config, exc),
+            )
+        done += len(d.steps)
+        coverage.update(d.coverage)
+        if progress is not None:
+            progress(done)
+    assert set(names) >= {k.split(":", 1)[1] for k in coverage if k.startswith("rule:")}
+    return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
+
+
+def replay(
+    document: dict[str, Any], target_factory: Callable[[int, int], Any], target: str
+) -> RunResult:
+    """Re-run a saved trace's calls on a fresh spec and ``target``; the same checks as ``check``."""
+    from stateful_tests.lockstep import decode
+
+    config = Config(**document["config"])
+    spec = SpecBlockManager(config.num_blocks, config.block_size)
+    subject = target_factory(config.num_blocks, config.block_size)
+    ls = Lockstep(
+        spec,
+        subject,
+        read_block_manager,
+        state_invariants=inv.STATE_INVARIANTS,
+        validate_first=validate_first,
+        snapshot_checks=SNAPSHOT_CHECKS,
+    )
+    started = time.perf_counter()
+    try:
+        for step in document["steps"]:
+            ls.call(step["method"], *decode(step["args"]))
+            holders = step.get("holders")
+            usable = subject.get_total_usable_blocks()
+            for name, problem in (
+                (
+                    "referenced_count_matches_live_pages",
+                    inv.referenced_count_matches_live_pages(ls.after, usable, holders),
+                ),
+                ("no_live_eviction", inv.no_live_eviction(ls.after, holders or [])),
+                (
+                    "no_leak_at_quiescence",
+                    inv.no_leak_at_quiescence(ls.after) if holders == [] else None,
+                ),
+            ):
+                if problem:
+                    raise ls.fail(name, problem)
+    except Divergence as exc:
+        return RunResult(
+            target,
+            False,
+            1,
+            len(exc.steps),
+            time.perf_counter() - started,
+            failure=exc,
+            trace=_trace(target, config, exc),
+        )
+    return RunResult(target, True, 1, len(ls.steps), time.perf_counter() - started)

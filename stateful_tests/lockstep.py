@@ -1,0 +1,230 @@
+"""Generic lockstep harness: one call, applied to the spec and to a target, compared in full.
+
+Every checker (hypothesis machine, seeded fuzzer, replay, later the explorer) drives components
+through :class:`Lockstep`, so "equivalent" means the same thing everywhere: after the same call,
+the same return value (or the same exception kind), the same in-place mutation of list arguments,
+and the same ``snapshot``; state invariants hold on the target; a validate-first operation that
+raised changed nothing (``atomic_failure``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spec.errors import KvspecError, exception_kind
+
+TRACE_FORMAT = "kvspec-trace/1"
+
+
+def encode(value: Any) -> Any:
+    """A JSON-able, comparable form of a call argument or result (bytes as ``{"bytes": hex}``)."""
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
+    if isinstance(value, list | tuple) or type(value).__name__ == "deque":
+        return [encode(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted(encode(v) for v in value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def decode(value: Any) -> Any:
+    """Inverse of :func:`encode` for the argument shapes traces hold."""
+    if isinstance(value, dict) and set(value) == {"bytes"}:
+        return bytes.fromhex(value["bytes"])
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value
+
+
+def _copy_args(args: Sequence[Any]) -> list[Any]:
+    # Each side gets its own lists: append_slot/append_slots mutate the caller's table in place.
+    return [list(a) if isinstance(a, list) else a for a in args]
+
+
+@dataclass
+class Outcome:
+    """What one side did for one call."""
+
+    returned: Any = None
+    raised: BaseException | None = None
+    args_after: list[Any] = field(default_factory=list)  # list arguments after the call
+
+    def describe(self) -> str:
+        if self.raised is not None:
+            return f"raise {type(self.raised).__name__}({self.raised})"
+        return json.dumps(encode(self.returned))
+
+
+@dataclass
+class Step:
+    """One call of a trace, with both sides' outcomes and the holders the driver knew after it."""
+
+    method: str
+    args: list[Any]
+    spec: Outcome
+    target: Outcome
+    holders: list[list[int]] | None = None
+
+    def call_text(self) -> str:
+        return f"{self.method}({', '.join(json.dumps(encode(a)) for a in self.args)})"
+
+
+class Divergence(AssertionError):
+    """The target disagreed with the spec, or an invariant failed. ``check`` names which."""
+
+    def __init__(self, check: str, detail: str, steps: Sequence[Step]) -> None:
+        super().__init__(f"{check}: {detail} (at step {len(steps)})")
+        self.check = check
+        self.detail = detail
+        self.steps = list(steps)
+
+
+def same_exception(a: BaseException, b: BaseException) -> bool:
+    """Equal kinds; and the same class when both are kvspec's own exceptions."""
+    if isinstance(a, KvspecError) and isinstance(b, KvspecError):
+        return type(a) is type(b)
+    return exception_kind(a) == exception_kind(b)
+
+
+def _invoke(obj: Any, method: str, args: list[Any]) -> Outcome:
+    try:
+        returned = getattr(obj, method)(*args)
+        raised = None
+    except Exception as exc:  # both sides' exceptions are data to compare
+        returned, raised = None, exc
+    return Outcome(returned, raised, [a for a in args if isinstance(a, list)])
+
+
+class Lockstep:
+    """Drives ``spec`` and ``target`` with the same calls and compares everything observable."""
+
+    def __init__(
+        self,
+        spec: Any,
+        target: Any,
+        reader: Callable[[Any], Any],
+        *,
+        state_invariants: Mapping[str, Callable[[Any], str | None]],
+        validate_first: Callable[[str, BaseException], bool],
+        snapshot_checks: Mapping[str, str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.target = target
+        self.reader = reader
+        self.state_invariants = state_invariants
+        self.validate_first = validate_first
+        # snapshot field -> invariant name to report when that field differs
+        self.snapshot_checks = dict(snapshot_checks or {})
+        self.steps: list[Step] = []
+        self.before = reader(spec)
+        self.after = self.before
+        self._compare_snapshots(reader(target))
+
+    def fail(self, check: str, detail: str) -> Divergence:
+        return Divergence(check, detail, self.steps)
+
+    def _compare_snapshots(self, target_snap: Any) -> None:
+        if target_snap != self.after:
+            fields = self.after.differing_fields(target_snap)
+            check = next(
+                (self.snapshot_checks[f] for f in fields if f in self.snapshot_checks), "snapshot"
+            )
+            diffs = "; ".join(
+                f"{f}: spec {getattr(self.after, f)!r} vs target {getattr(target_snap, f)!r}"
+                for f in fields
+            )
+            raise self.fail(check, diffs)
+
+    def call(self, method: str, *args: Any) -> Outcome:
+        """Apply ``method(*args)`` to both sides; return the spec's outcome or raise Divergence."""
+        spec_out = _invoke(self.spec, method, _copy_args(args))
+        target_out = _invoke(self.target, method, _copy_args(args))
+        self.steps.append(Step(method, list(args), spec_out, target_out))
+        s_exc, t_exc = spec_out.raised, target_out.raised
+        if (s_exc is None) != (t_exc is None) or (
+            s_exc is not None and t_exc is not None and not same_exception(s_exc, t_exc)
+        ):
+            raise self.fail(
+                "exception", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
+            )
+        # raw equality first (cheap); encode() only to forgive tuple-vs-list style differences
+        if (
+            s_exc is None
+            and spec_out.returned != target_out.returned
+            and encode(spec_out.returned) != encode(target_out.returned)
+        ):
+            raise self.fail(
+                "return_value", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
+            )
+        if spec_out.args_after != target_out.args_after and encode(spec_out.args_after) != encode(
+            target_out.args_after
+        ):
+            raise self.fail(
+                "argument_mutation",
+                f"list arguments after the call: spec {spec_out.args_after} vs target "
+                f"{target_out.args_after}",
+            )
+        self.before, self.after = self.after, self.reader(self.spec)
+        target_snap = self.reader(self.target)
+        self._compare_snapshots(target_snap)
+        if s_exc is not None and self.validate_first(method, s_exc) and target_snap != self.before:
+            raise self.fail(
+                "atomic_failure",
+                f"{method} raised {type(s_exc).__name__} but changed "
+                f"{self.before.differing_fields(target_snap)}",
+            )
+        for name, predicate in self.state_invariants.items():
+            problem = predicate(target_snap)
+            if problem:
+                raise self.fail(name, problem)
+        return spec_out
+
+
+# ----------------------------------------------------------------------------- traces
+def trace_document(
+    component: str,
+    target: str,
+    config: Mapping[str, Any],
+    steps: Sequence[Step],
+    failure: Divergence | None,
+) -> dict[str, Any]:
+    """The one replayable trace format (``kvspec replay`` reads it)."""
+    return {
+        "format": TRACE_FORMAT,
+        "component": component,
+        "target": target,
+        "config": dict(config),
+        "steps": [
+            {
+                "method": s.method,
+                "args": encode(s.args),
+                "spec": s.spec.describe(),
+                "target": s.target.describe(),
+                **({"holders": s.holders} if s.holders is not None else {}),
+            }
+            for s in steps
+        ],
+        "failure": None
+        if failure is None
+        else {"check": failure.check, "detail": failure.detail, "step": len(failure.steps)},
+    }
+
+
+def save_trace(document: Mapping[str, Any], directory: Path, stem: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{stem}.json"
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    if document.get("format") != TRACE_FORMAT:
+        raise ValueError(f"{path} is not a kvspec trace (format {document.get('format')!r})")
+    return document

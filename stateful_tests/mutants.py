@@ -1,0 +1,204 @@
+"""The bug-injection catalogue: realistic bugs planted in the production implementations.
+
+Each mutant is a small subclass of an impl class — never an edit of the impl source — whose
+docstring names its origin (an upstream PR or issue from shared/reference/, or the hazard a seed PR
+states). Every checker must kill every mutant that applies to it; ``kvspec check --target
+mutant:NAME`` runs one. This is the one list: later components add their mutants here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from impl.infinilm.block_manager import BlockManager
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    component: str
+    origin: str
+    cls: type
+    expected_check: str  # the check that should name the failure (documentation, not enforced)
+
+
+class CounterNotDecrementedInTruncate(BlockManager):
+    """PR #576 hazard: every 1->0 transition must decrement ``num_referenced``; truncation forgets."""
+
+    def truncate_blocks(self, block_table: Sequence[int], keep_num_tokens: int) -> list[int]:
+        before = self.num_referenced
+        result = super().truncate_blocks(block_table, keep_num_tokens)
+        self.num_referenced = before
+        return result
+
+
+class CounterDecrementedOnEviction(BlockManager):
+    """PR #576 hazard: eviction touches only ref-0 pages, so the counter must not move there."""
+
+    def _deallocate_block(self, block_id: int) -> None:
+        super()._deallocate_block(block_id)
+        self.num_referenced -= 1
+
+
+class PinDoesNotCountRevivedPage(BlockManager):
+    """PR #576 hazard: a prefix hit on a cached ref-0 page is a 0->1 transition the counter misses."""
+
+    def get_computed_blocks(
+        self, block_hashes: Sequence[bytes], max_cache_hit_tokens: int
+    ) -> tuple[list[int], int]:
+        before = self.num_referenced
+        table, hit = super().get_computed_blocks(block_hashes, max_cache_hit_tokens)
+        self.num_referenced = before
+        return table, hit
+
+
+class ReclaimEvictsReferencedPage(BlockManager):
+    """#578 hazard: a candidate filter that also takes pages held once (``ref_count <= 1``)."""
+
+    def try_free_blocks(self, num_required: int) -> bool:
+        victims = [i for i in self.used_block_ids if self.blocks[i].ref_count <= 1]
+        for block_id in victims[: max(num_required - len(self.free_block_ids), 1)]:
+            if self.blocks[block_id].ref_count:
+                self.blocks[block_id].ref_count = 0
+                self.num_referenced -= 1
+            self._deallocate_block(block_id)
+        return len(self.free_block_ids) >= num_required
+
+
+class ReclaimWithoutEvictOne(BlockManager):
+    """PR #578 hazard: ``limit = required - free`` without the ``max(.., 1)`` loses quirk A."""
+
+    def try_free_blocks(self, num_required: int) -> bool:
+        if num_required < 0:
+            return super().try_free_blocks(num_required)
+        if len(self.free_block_ids) >= num_required:
+            return True
+        return super().try_free_blocks(num_required)
+
+
+class ReclaimInIdOrder(BlockManager):
+    """A plausible "deterministic" rewrite: evict in ascending id order instead of set order (§9.3)."""
+
+    def try_free_blocks(self, num_required: int) -> bool:
+        if num_required < 0:
+            return super().try_free_blocks(num_required)
+        candidates = sorted(i for i in self.used_block_ids if self.blocks[i].ref_count == 0)
+        for block_id in candidates:
+            self._deallocate_block(block_id)
+            if len(self.free_block_ids) >= num_required:
+                return True
+        return len(self.free_block_ids) >= num_required
+
+
+class LifoFreeList(BlockManager):
+    """Free list reused LIFO (the vLLM CPU block pool's order) instead of InfiniLM's FIFO deque."""
+
+    def _deallocate_block(self, block_id: int) -> None:
+        super()._deallocate_block(block_id)
+        self.free_block_ids.appendleft(self.free_block_ids.pop())
+
+
+class HashIndexNotCleanedOnEviction(BlockManager):
+    """Eviction clears the page's hash but leaves it in ``hash_to_block_ids`` (stale prefix hits)."""
+
+    def _deallocate_block(self, block_id: int) -> None:
+        self.blocks[block_id].hash = b""
+        super()._deallocate_block(block_id)
+
+
+class LookupIgnoresHitCap(BlockManager):
+    """Lookup ignoring ``max_cache_hit_tokens``: a block-aligned prompt would not recompute its last
+    block (reference §3.1 / §9.7, the P-1 cap)."""
+
+    def get_computed_blocks(
+        self, block_hashes: Sequence[bytes], max_cache_hit_tokens: int
+    ) -> tuple[list[int], int]:
+        return super().get_computed_blocks(
+            block_hashes, len(block_hashes) * self.block_size
+        )
+
+
+class ReleaseReturnsPagesToFreeList(BlockManager):
+    """Release that frees a page at ref 0 at once, losing the cached prefix (reference §3.7)."""
+
+    def free_blocks(self, block_table: Sequence[int]) -> None:
+        super().free_blocks(block_table)
+        for block_id in reversed(block_table):
+            if block_id in self.used_block_ids and self.blocks[block_id].ref_count == 0:
+                self._deallocate_block(block_id)
+
+
+class PublishDeduplicates(BlockManager):
+    """Publishing skips pages whose hash is already indexed — the duplicate-hash dedup that vLLM
+    #21357's inverted check shows is easy to get wrong; InfiniLM never dedups (reference §3.6)."""
+
+    def publish_computed_blocks(
+        self,
+        block_table: Sequence[int],
+        block_hashes: Sequence[bytes],
+        start_block: int,
+        num_computed_tokens: int,
+    ) -> int:
+        end = min(num_computed_tokens // self.block_size, len(block_table), len(block_hashes))
+        keep = [
+            i
+            for i in range(max(start_block, 0), end)
+            if block_hashes[i] not in self.hash_to_block_ids
+        ]
+        if len(keep) == end - start_block:
+            return super().publish_computed_blocks(
+                block_table, block_hashes, start_block, num_computed_tokens
+            )
+        return end
+
+
+class TruncateNotValidatedFirst(BlockManager):
+    """Truncation that frees discarded pages while it validates them (upstream's docstring warns
+    that a bad id would crash half-way): a rejected rollback leaves a partial mutation."""
+
+    def truncate_blocks(self, block_table: Sequence[int], keep_num_tokens: int) -> list[int]:
+        size = self.block_size
+        if keep_num_tokens <= 0 or keep_num_tokens > len(block_table) * size:
+            return super().truncate_blocks(block_table, keep_num_tokens)
+        keep_blocks = -(-keep_num_tokens // size)
+        for block_id in block_table[keep_blocks:]:
+            self._check_exclusive(block_id, "discarded")
+            self.blocks[block_id].ref_count = 0
+            self.num_referenced -= 1
+            self._deallocate_block(block_id)
+        if keep_num_tokens % size:
+            self._check_exclusive(block_table[keep_blocks - 1], "retained")
+        return list(block_table[:keep_blocks])
+
+
+BM = "infinilm-block-manager"
+CATALOGUE: dict[str, Mutant] = {
+    m.name: m
+    for m in (
+        Mutant("counter_not_decremented_in_truncate", BM, "InfiniLM PR #576 (counter updates)",
+               CounterNotDecrementedInTruncate, "referenced_count_matches_live_pages"),
+        Mutant("counter_decremented_on_eviction", BM, "InfiniLM PR #576 (no change on eviction)",
+               CounterDecrementedOnEviction, "referenced_count_matches_live_pages"),
+        Mutant("pin_does_not_count_revived_page", BM, "InfiniLM PR #576 (0->1 on prefix hit)",
+               PinDoesNotCountRevivedPage, "referenced_count_matches_live_pages"),
+        Mutant("reclaim_evicts_referenced_page", BM, "InfiniLM PR #578 (candidate filter)",
+               ReclaimEvictsReferencedPage, "no_live_eviction"),
+        Mutant("reclaim_without_evict_one", BM, "InfiniLM PR #578 (limit >= 1 keeps quirk A)",
+               ReclaimWithoutEvictOne, "identical_eviction_order"),
+        Mutant("reclaim_in_id_order", BM, "InfiniLM reference §9.3 (set-iteration order)",
+               ReclaimInIdOrder, "identical_eviction_order"),
+        Mutant("lifo_free_list", BM, "InfiniLM reference §1.2 (FIFO free deque)",
+               LifoFreeList, "identical_eviction_order"),
+        Mutant("hash_index_not_cleaned_on_eviction", BM, "InfiniLM reference §3.0 _remove_block_hash",
+               HashIndexNotCleanedOnEviction, "prefix_index_consistent"),
+        Mutant("lookup_ignores_hit_cap", BM, "InfiniLM reference §3.1/§9.7 (P-1 hit cap)",
+               LookupIgnoresHitCap, "return_value"),
+        Mutant("release_returns_pages_to_free_list", BM, "InfiniLM reference §3.7 (release keeps cache)",
+               ReleaseReturnsPagesToFreeList, "identical_eviction_order"),
+        Mutant("publish_deduplicates", BM, "vLLM #21357 / InfiniLM reference §3.6 (no dedup)",
+               PublishDeduplicates, "prefix_index_consistent"),
+        Mutant("truncate_not_validated_first", BM, "InfiniLM reference §3.5 (validate all first)",
+               TruncateNotValidatedFirst, "atomic_failure"),
+    )
+}

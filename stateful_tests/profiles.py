@@ -1,0 +1,39 @@
+"""Hypothesis profiles, registered in one place (imported by conftest.py and the CLI).
+
+* ``ci``: derandomized, no deadline, no example database, bounded examples — the same commit gives
+  the same result twice.
+* ``dev``: random seeds and the local example database, a few hundred runs.
+* ``deep``: local soak runs; thousands of runs of longer programs.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+
+PROFILES = ("ci", "dev", "deep")
+_QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    stateful_step_count=40,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=False,
+    report_multiple_bugs=False,
+    suppress_health_check=_QUIET,
+)
+settings.register_profile(
+    "dev", max_examples=500, stateful_step_count=60, deadline=None, suppress_health_check=_QUIET
+)
+settings.register_profile(
+    "deep", max_examples=5000, stateful_step_count=150, deadline=None, suppress_health_check=_QUIET
+)
+
+
+def get(name: str) -> settings:
+    """The registered profile ``name`` (``ValueError`` naming the choices otherwise)."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}")
+    return settings.get_profile(name)
