@@ -17,20 +17,20 @@ Violation = str | None
 
 def free_and_used_partition_pool(s: BlockManagerSnapshot) -> Violation:
     """The free deque (no duplicates) and the used set partition ``{0..N-1}``."""
-    free, used = s.free_block_ids, set(s.used_block_ids)
-    dupes = sorted(p for p, n in Counter(free).items() if n > 1)
+    free, used = set(s.free_block_ids), set(s.used_block_ids)
+    if len(free) + len(used) == s.num_blocks and free | used == set(range(s.num_blocks)):
+        if len(free) == len(s.free_block_ids):
+            return None  # fast path: a partition, no duplicates
+    dupes = sorted(p for p, n in Counter(s.free_block_ids).items() if n > 1)
     if dupes:
         return f"pages {dupes} appear twice on the free deque"
-    both = sorted(set(free) & used)
+    both = sorted(free & used)
     if both:
         return f"pages {both} are both free and used"
-    missing = sorted(set(range(s.num_blocks)) - set(free) - used)
+    missing = sorted(set(range(s.num_blocks)) - free - used)
     if missing:
         return f"pages {missing} are neither free nor used"
-    extra = sorted((set(free) | used) - set(range(s.num_blocks)))
-    if extra:
-        return f"ids {extra} are outside the pool"
-    return None
+    return f"ids {sorted((free | used) - set(range(s.num_blocks)))} are outside the pool"
 
 
 def free_pages_unreferenced(s: BlockManagerSnapshot) -> Violation:

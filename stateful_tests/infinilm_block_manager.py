@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -223,7 +223,7 @@ class Driver:
         """A bad-input call that the spec accepted would desynchronise the ledger: stop using it."""
         if out.raised is None:
             self.ledger_valid = False
-            self.coverage["path:bad_input_accepted"] += 1
+            self.coverage[f"path:bad_input_accepted:{self.steps[-1].method}"] += 1
 
     # ------------------------------------------------------------ draws
     def draw_length(self, c: Chooser) -> int:
@@ -271,6 +271,10 @@ class Driver:
         if out.raised is None and out.returned is not None:
             self.holders.append(Holder("request", list(out.returned[0]), tokens, p, 0))
             self.prompts.append(tokens)
+            self.after_call()
+            if c.chance(0.5):  # prefill done: publish now (else later, by its own rule)
+                self._publish(self.holders[-1])
+            return
         self.after_call()
 
     def allocate_slots_with_prefix(self, c: Chooser) -> None:
@@ -295,6 +299,8 @@ class Driver:
             )
             self.prompts.append(tokens)
             self.after_call()
+            if c.chance(0.5):
+                self._publish(self.holders[-1])
         elif out.raised is None:
             if cached:
                 self.holders.append(pin)
@@ -316,7 +322,10 @@ class Driver:
         self.after_call()
 
     def publish_computed_blocks(self, c: Chooser) -> None:
-        h = c.pick(self.requests())
+        self._publish(c.pick(self.requests()))
+
+    def _publish(self, h: Holder) -> None:
+        """The scheduler's deferred publication: every computed full page from ``indexed`` on."""
         hashes = self.hashes(h.tokens[: h.length])
         out = self.call("publish_computed_blocks", list(h.table), hashes, h.indexed, h.length)
         if out.raised is None:
@@ -397,18 +406,21 @@ class Driver:
         self.after_call()
 
     def bad_page_id(self, c: Chooser) -> None:
-        """Unknown or out-of-range page ids where an operation reads page metadata."""
-        n = self.config.num_blocks
+        """Unknown or out-of-range page ids where an operation reads page metadata, and a free
+        page where a used one is required."""
+        n, size = self.config.num_blocks, self.config.block_size
         bad = c.pick((n, n + 7, -1, -n))
-        size = self.config.block_size
-        kind = c.int(0, 2)
+        table = list(c.pick(self.holders).table) if self.holders and c.chance(0.5) else []
+        kind = c.int(0, 3)
         if kind == 0:  # the bad id is released first (reversed order): nothing changes
-            table = list(c.pick(self.holders).table) if self.holders and c.chance(0.5) else []
             out = self.call("free_blocks", [*table, bad])
-        elif kind == 1:
-            out = self.call("publish_computed_blocks", [bad], [b"\x01" * 16], 0, size)
+        elif kind == 2 and table:  # the bad id is a discarded page of a rollback
+            out = self.call("truncate_blocks", [*table, bad], len(table) * size)
+        elif kind == 3 and self.ls.after.free_block_ids:  # publishing a page nobody holds
+            free_page = c.pick(self.ls.after.free_block_ids)
+            out = self.call("publish_computed_blocks", [free_page], [b"\x01" * 16], 0, size)
         else:
-            out = self.call("truncate_blocks", [bad], 1 if c.chance(0.5) else size)
+            out = self.call("publish_computed_blocks", [bad], [b"\x01" * 16], 0, size)
         self.expect_rejected(out)
         self.after_call()
 
@@ -476,26 +488,47 @@ class Driver:
         self.after_call()
 
 
-# Operation table shared by the fuzzer: (name, weight, enabled(driver)).
-OPERATIONS: list[tuple[str, int, Callable[[Driver], bool]]] = [
-    ("capacity_query", 4, lambda d: True),
-    ("try_free_blocks", 4, lambda d: True),
-    ("allocate_slots", 10, lambda d: True),
-    ("allocate_slots_with_prefix", 14, lambda d: True),
-    ("get_computed_blocks", 3, lambda d: bool(d.prompts)),
-    ("publish_computed_blocks", 10, lambda d: bool(d.requests())),
-    ("append_slot", 14, lambda d: bool(d.decodable())),
-    ("append_slots", 5, lambda d: bool(d.decodable())),
-    ("truncate_blocks", 5, lambda d: bool(d.requests())),
-    ("update_blocks_slot", 2, lambda d: bool(d.requests())),
-    ("free_blocks", 12, lambda d: bool(d.holders)),
-    ("release_all", 1, lambda d: bool(d.holders)),
-    ("bad_double_free", 2, lambda d: bool(d.released)),
-    ("bad_page_id", 1, lambda d: True),
-    ("bad_counts", 1, lambda d: True),
-    ("bad_table_length", 1, lambda d: bool(d.requests())),
-    ("bad_duplicate_ids", 1, lambda d: bool(d.requests())),
-    ("bad_republish", 1, lambda d: any(r.indexed > 0 for r in d.requests())),
+# Operation table of the fuzzer: (name, weight, enabled(facts)); facts are computed once per step.
+class Facts(NamedTuple):
+    prompts: bool
+    requests: bool
+    decodable: bool
+    holders: bool
+    released: bool
+    indexed: bool
+
+    @classmethod
+    def of(cls, d: Driver) -> Facts:
+        requests = d.requests()
+        return cls(
+            bool(d.prompts),
+            bool(requests),
+            bool(d.decodable()),
+            bool(d.holders),
+            bool(d.released),
+            any(r.indexed > 0 for r in requests),
+        )
+
+
+OPERATIONS: list[tuple[str, int, Callable[[Facts], bool]]] = [
+    ("capacity_query", 4, lambda f: True),
+    ("try_free_blocks", 4, lambda f: True),
+    ("allocate_slots", 10, lambda f: True),
+    ("allocate_slots_with_prefix", 14, lambda f: True),
+    ("get_computed_blocks", 3, lambda f: f.prompts),
+    ("publish_computed_blocks", 10, lambda f: f.requests),
+    ("append_slot", 14, lambda f: f.decodable),
+    ("append_slots", 5, lambda f: f.decodable),
+    ("truncate_blocks", 5, lambda f: f.requests),
+    ("update_blocks_slot", 2, lambda f: f.requests),
+    ("free_blocks", 12, lambda f: f.holders),
+    ("release_all", 1, lambda f: f.holders),
+    ("bad_double_free", 2, lambda f: f.released),
+    ("bad_page_id", 1, lambda f: True),
+    ("bad_counts", 1, lambda f: True),
+    ("bad_table_length", 1, lambda f: f.requests),
+    ("bad_duplicate_ids", 1, lambda f: f.requests),
+    ("bad_republish", 1, lambda f: f.indexed),
 ]
 
 
@@ -510,7 +543,7 @@ def make_machine(target_factory: Callable[[int, int], Any]) -> type[RuleBasedSta
         drivers_started = 0
         steps_run = 0
         last_driver: Driver | None = None
-        coverage: Counter[str] = Counter()
+        coverage: ClassVar[Counter[str]] = Counter()
 
         def __init__(self) -> None:
             super().__init__()
@@ -619,6 +652,9 @@ def make_machine(target_factory: Callable[[int, int], Any]) -> type[RuleBasedSta
         def bad_republish(self, data: st.DataObject) -> None:
             self._run("bad_republish", data)
 
+        def teardown(self) -> None:
+            type(self).coverage.update(self.d.coverage)
+
         # invariants, named as in DESIGN.md (the driver also checks them after every call)
         def _state(self, name: str) -> None:
             problem = inv.STATE_INVARIANTS[name](read_block_manager(self.d.target))
@@ -702,7 +738,6 @@ def fuzz(
     """Seeded differential fuzzing: episodes on fresh pools of varied shape until ``ops`` calls."""
     rng = random.Random(seed)
     chooser = RandomChooser(rng)
-    names = [name for name, _, _ in OPERATIONS]
     coverage: Counter[str] = Counter()
     done = episodes = 0
     started = time.perf_counter()
@@ -717,8 +752,13 @@ def fuzz(
         episodes += 1
         try:
             while len(d.steps) < episode_ops and done + len(d.steps) < ops:
-                enabled = [(n, w) for n, w, ok in OPERATIONS if ok(d)]
-                name = rng.choices([n for n, _ in enabled], [w for _, w in enabled])[0]
+                names, weights = [], []
+                facts = Facts.of(d)
+                for n, w, ok in OPERATIONS:
+                    if ok(facts):
+                        names.append(n)
+                        weights.append(w)
+                name = rng.choices(names, weights)[0]
                 getattr(d, name)(chooser)
                 coverage[f"rule:{name}"] += 1
         except Divergence as exc:
@@ -737,7 +777,6 @@ def fuzz(
         coverage.update(d.coverage)
         if progress is not None:
             progress(done)
-    assert set(names) >= {k.split(":", 1)[1] for k in coverage if k.startswith("rule:")}
     return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
 
 
@@ -788,3 +827,47 @@ def replay(
             trace=_trace(target, config, exc),
         )
     return RunResult(target, True, 1, len(ls.steps), time.perf_counter() - started)
+
+
+def shrink_trace(
+    document: dict[str, Any],
+    target_factory: Callable[[int, int], Any],
+    target: str,
+    *,
+    budget_seconds: float = 10.0,
+) -> dict[str, Any]:
+    """Delete steps from a failing trace while it still fails the same check (delta debugging).
+
+    Candidates are replayed without the recorded holders (deleting a step makes them stale), so
+    only traces whose failure does not need the ledger shrink; a candidate must also replay
+    cleanly with the spec as its own target, so a shrunk trace never blames the spec's misuse.
+    Returns the shortest failing trace found within ``budget_seconds`` (or ``document``).
+    """
+    failure = document.get("failure") or {}
+    check_name = failure.get("check")
+    deadline = time.perf_counter() + budget_seconds
+
+    def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+        candidate = {**document, "steps": [{k: v for k, v in s.items() if k != "holders"} for s in steps]}
+        result = replay(candidate, target_factory, target)
+        if result.passed or result.failure is None or result.failure.check != check_name:
+            return None
+        if not replay(candidate, SpecBlockManager, "spec").passed:
+            return None
+        return result.trace
+
+    best = attempt(document["steps"])
+    if best is None:
+        return document
+    chunk = max(1, len(best["steps"]) // 2)
+    while chunk >= 1 and time.perf_counter() < deadline:
+        i, progressed = 0, False
+        while i < len(best["steps"]) and time.perf_counter() < deadline:
+            smaller = attempt(best["steps"][:i] + best["steps"][i + chunk :])
+            if smaller is not None:
+                best, progressed = smaller, True
+            else:
+                i += chunk
+        if not progressed:
+            chunk //= 2
+    return best

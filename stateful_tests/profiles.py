@@ -8,9 +8,14 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = ("ci", "dev", "deep")
+# No explain phase: it re-runs every shrunk program many times and our step tables say more.
+_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
 settings.register_profile(
@@ -23,12 +28,25 @@ settings.register_profile(
     print_blob=False,
     report_multiple_bugs=False,
     suppress_health_check=_QUIET,
+    phases=_PHASES,
 )
 settings.register_profile(
-    "dev", max_examples=500, stateful_step_count=60, deadline=None, suppress_health_check=_QUIET
+    "dev",
+    max_examples=500,
+    stateful_step_count=60,
+    deadline=None,
+    report_multiple_bugs=False,
+    suppress_health_check=_QUIET,
+    phases=_PHASES,
 )
 settings.register_profile(
-    "deep", max_examples=5000, stateful_step_count=150, deadline=None, suppress_health_check=_QUIET
+    "deep",
+    max_examples=5000,
+    stateful_step_count=150,
+    deadline=None,
+    report_multiple_bugs=False,
+    suppress_health_check=_QUIET,
+    phases=_PHASES,
 )
 
 
@@ -37,3 +55,16 @@ def get(name: str) -> settings:
     if name not in PROFILES:
         raise ValueError(f"unknown hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}")
     return settings.get_profile(name)
+
+
+@contextmanager
+def shrink_budget(seconds: float) -> Iterator[None]:
+    """Bound hypothesis' shrinking time (the engine documents this constant as monkeypatchable)."""
+    from hypothesis.internal.conjecture import engine
+
+    old = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = old

@@ -1,0 +1,333 @@
+"""``kvspec``: the command line (shared/DESIGN.md "CLI contract").
+
+Exit status: 0 everything checked holds, 1 a check failed (counterexample printed and saved),
+2 could not run (bad arguments, unknown target, missing optional dependency), said in one line.
+Human tables go to stdout, progress to stderr; ``--json`` prints exactly one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from kvspec.targets import COMPONENTS, TargetError, load_target
+from stateful_tests.profiles import shrink_budget
+
+OUT = Console(highlight=False)
+ERR = Console(stderr=True, highlight=False)
+TRACE_DIR = Path(".kvspec/traces")
+
+
+class UsageError(Exception):
+    """Bad arguments: exit 2 with one line."""
+
+
+# ----------------------------------------------------------------------------- helpers
+@contextmanager
+def progress(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr; yields ``update(completed)``."""
+    if not enabled or not ERR.is_terminal:
+        yield lambda completed: None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}"),
+        TimeElapsedColumn(), console=ERR, transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda completed: bar.update(task, completed=completed)
+
+
+def _component(name: str) -> str:
+    if name not in COMPONENTS:
+        raise TargetError(
+            f"unknown or not yet built component {name!r} (available: {', '.join(sorted(COMPONENTS))})"
+        )
+    return name
+
+
+def _save_trace(trace: dict[str, Any], component: str, target: str) -> Path:
+    from stateful_tests.lockstep import save_trace
+
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in target)
+    return save_trace(trace, TRACE_DIR, f"{component}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _counterexample(
+    result: Any, component: str, cls: Any = None, shrink_seconds: float = 0.0, save: bool = True
+) -> dict[str, Any] | None:
+    """The failing trace, delta-debugged for ``shrink_seconds`` when a target class is given."""
+    if result.failure is None:
+        return None
+    trace = result.trace
+    if trace is not None and cls is not None and shrink_seconds > 0:
+        from stateful_tests.infinilm_block_manager import shrink_trace
+
+        trace = shrink_trace(trace, cls, result.target, budget_seconds=shrink_seconds)
+    path = _save_trace(trace, component, result.target) if trace and save else None
+    failure = (trace or {}).get("failure") or {}
+    return {
+        "check": failure.get("check", result.failure.check),
+        "detail": failure.get("detail", result.failure.detail),
+        "steps": trace["steps"] if trace else [],
+        "trace_file": str(path) if path else None,
+    }
+
+
+def _short(value: Any) -> str:
+    """Compact argument text for step tables: hashes as their first 8 hex digits."""
+    if isinstance(value, dict) and "bytes" in value:
+        return "h:" + value["bytes"][:8]
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def print_counterexample(cx: dict[str, Any]) -> None:
+    table = Table(title=f"counterexample — {cx['check']}", show_lines=False)
+    for column in ("#", "call", "spec", "target"):
+        table.add_column(column, overflow="fold")
+    for i, step in enumerate(cx["steps"], 1):
+        args = ", ".join(_short(a) for a in step["args"])
+        table.add_row(str(i), Text(f"{step['method']}({args})"), Text(step["spec"]), Text(step["target"]))
+    OUT.print(table)
+    OUT.print(Text.assemble((cx["check"], "bold red"), ": ", cx["detail"]))
+    if cx.get("trace_file"):
+        OUT.print(f"trace saved to {cx['trace_file']} (re-run: kvspec replay {cx['trace_file']})")
+
+
+def print_coverage(coverage: dict[str, int]) -> None:
+    table = Table(title="coverage (rules, calls, paths, exceptions)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for key in sorted(coverage):
+        table.add_row(key, f"{coverage[key]:,}")
+    OUT.print(table)
+
+
+def emit(document: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_check(args: argparse.Namespace) -> int:
+    from stateful_tests import profiles
+    from stateful_tests.infinilm_block_manager import check
+
+    component = _component(args.component)
+    label, cls = load_target(component, args.target)
+    try:
+        settings = profiles.get(args.profile)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.json:
+        ERR.print(f"checking {component} against target {label} (hypothesis profile {args.profile})")
+    with shrink_budget(args.shrink_seconds):
+        result = check(cls, label, settings)
+    cx = _counterexample(result, component, cls, 10.0)
+    document = {
+        "component": component,
+        "target": label,
+        "examples": result.examples,
+        "steps": result.steps,
+        "passed": result.passed,
+        "seconds": round(result.seconds, 2),
+        "counterexample": cx,
+        "coverage": result.coverage,
+    }
+    emit(document, args.json)
+    if not args.json:
+        if args.coverage:
+            print_coverage(result.coverage)
+        if cx:
+            print_counterexample(cx)
+        verdict = "[green]passed[/]" if result.passed else "[red]FAILED[/]"
+        OUT.print(
+            f"{component} vs {label}: {verdict} — {result.examples:,} programs, "
+            f"{result.steps:,} lockstep calls, {result.seconds:.1f}s"
+        )
+    return 0 if result.passed else 1
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from stateful_tests.infinilm_block_manager import fuzz
+
+    component = _component(args.component)
+    if args.ops <= 0:
+        raise UsageError(f"--ops must be positive, got {args.ops}")
+    label, cls = load_target(component, args.target)
+    with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
+        result = fuzz(cls, label, args.ops, args.seed, progress=update)
+    cx = _counterexample(result, component, cls, 0.0 if args.no_shrink else 10.0)
+    document = {
+        "component": component,
+        "target": label,
+        "ops": result.steps,
+        "seed": args.seed,
+        "seconds": round(result.seconds, 3),
+        "ops_per_second": round(result.steps / result.seconds) if result.seconds else None,
+        "divergences": 0 if result.passed else 1,
+        "counterexample": cx,
+        "coverage": result.coverage,
+    }
+    emit(document, args.json)
+    if not args.json:
+        if args.coverage:
+            print_coverage(result.coverage)
+        if cx:
+            print_counterexample(cx)
+        OUT.print(
+            f"fuzz {component} vs {label}: {result.steps:,} ops in {result.seconds:.1f}s "
+            f"({document['ops_per_second']:,} ops/s), seed {args.seed}: "
+            + ("[green]no divergence[/]" if result.passed else "[red]DIVERGENCE[/]")
+        )
+    return 0 if result.passed else 1
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from stateful_tests.infinilm_block_manager import replay
+    from stateful_tests.lockstep import load_trace
+
+    try:
+        document = load_trace(Path(args.trace))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read trace: {exc}") from None
+    component = _component(document["component"])
+    label, cls = load_target(component, args.target or document["target"])
+    result = replay(document, cls, label)
+    cx = _counterexample(result, component, save=False)
+    out = {
+        "component": component,
+        "target": label,
+        "examples": 1,
+        "steps": result.steps,
+        "passed": result.passed,
+        "counterexample": cx,
+    }
+    emit(out, args.json)
+    if not args.json:
+        if cx:
+            print_counterexample(cx)
+        OUT.print(
+            f"replay of {args.trace} on {label}: "
+            + ("[green]all steps agree[/]" if result.passed else "[red]diverges[/]")
+        )
+    return 0 if result.passed else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kvspec.bench import SUITES, run_suite
+
+    if args.suite not in SUITES:
+        raise UsageError(f"unknown bench suite {args.suite!r}; choose one of {', '.join(SUITES)}")
+    if args.rounds is not None and args.rounds < 7:
+        raise UsageError("--rounds must be at least 7")
+    with progress(f"bench {args.suite}", None, not args.json):
+        rows = run_suite(args.suite, quick=args.quick, rounds=args.rounds)
+    emit({"suite": args.suite, "rows": [r.to_json() for r in rows]}, args.json)
+    if not args.json:
+        table = Table(title=f"bench {args.suite}: baseline = spec (legacy algorithm), impl = production")
+        for column in ("case", "baseline µs", "impl µs", "ratio", "goal"):
+            table.add_column(column, justify="right")
+        for r in rows:
+            goal = "" if r.goal is None else f"≥{r.goal:g}× " + ("✓" if r.ratio >= r.goal else "✗")
+            table.add_row(
+                ", ".join(f"{k}={v}" for k, v in r.case.items()),
+                f"{r.baseline_us:,.2f}", f"{r.impl_us:,.2f}", f"{r.ratio:,.2f}×", goal,
+            )
+        OUT.print(table)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Every stage that exists, on embedded defaults, with a summary table."""
+    from kvspec import verify
+
+    stages = verify.run_all(quick=args.quick, show_progress=not args.json, console=ERR)
+    emit({"stages": [s.to_json() for s in stages]}, args.json)
+    if not args.json:
+        table = Table(title="kvspec verify")
+        for column in ("stage", "status", "seconds", "summary"):
+            table.add_column(column, overflow="fold")
+        colour = {"pass": "green", "fail": "red", "skip": "yellow"}
+        for s in stages:
+            table.add_row(s.name, f"[{colour[s.status]}]{s.status}[/]", f"{s.seconds:.1f}", s.summary)
+        OUT.print(table)
+    return 1 if any(s.status == "fail" for s in stages) else 0
+
+
+# ----------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvspec",
+        description="Executable specs, production implementations and checkers for KV-cache "
+        "bookkeeping.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    components = sorted(COMPONENTS)
+    target_help = "impl (default), spec, mutant:NAME, MOD:CLASS or FILE.py:CLASS"
+
+    p = sub.add_parser("verify", help="run every stage on embedded defaults")
+    p.add_argument("--quick", action="store_true", help="smaller budgets (smoke run)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("check", help="hypothesis lockstep machine: spec vs target")
+    p.add_argument("component", help=f"one of {', '.join(components)}")
+    p.add_argument("--target", help=target_help)
+    p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
+    p.add_argument("--shrink-seconds", type=float, default=60.0,
+                   help="bound on hypothesis' shrinking time (default 60)")
+    p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("fuzz", help="seeded differential fuzzer (no hypothesis overhead)")
+    p.add_argument("component", help=f"one of {', '.join(components)}")
+    p.add_argument("--target", help=target_help)
+    p.add_argument("--ops", type=int, default=100_000, help="lockstep calls to make")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-shrink", action="store_true", help="keep the raw failing episode")
+    p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_fuzz)
+
+    p = sub.add_parser("replay", help="re-run a saved counterexample trace")
+    p.add_argument("trace", help="a trace file written by check or fuzz")
+    p.add_argument("--target", help="override the trace's target")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("bench", help="side-by-side benchmarks: baseline vs impl, as ratios")
+    p.add_argument("suite", help="reclaim or usable")
+    p.add_argument("--quick", action="store_true", help="fewer cases and rounds")
+    p.add_argument("--rounds", type=int, help="rounds per case (median; at least 7)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (TargetError, UsageError) as exc:
+        ERR.print(f"kvspec: {exc}", markup=False)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
