@@ -7,5 +7,7 @@ from hypothesis import settings
 
 from stateful_tests import profiles
 
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 assert settings.default is not None and profiles.PROFILES

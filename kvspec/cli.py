@@ -41,8 +41,12 @@ def progress(description: str, total: int | None, enabled: bool) -> Iterator[Cal
         yield lambda completed: None
         return
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}"),
-        TimeElapsedColumn(), console=ERR, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}"),
+        TimeElapsedColumn(),
+        console=ERR,
+        transient=True,
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda completed: bar.update(task, completed=completed)
@@ -99,7 +103,9 @@ def print_counterexample(cx: dict[str, Any]) -> None:
         table.add_column(column, overflow="fold")
     for i, step in enumerate(cx["steps"], 1):
         args = ", ".join(_short(a) for a in step["args"])
-        table.add_row(str(i), Text(f"{step['method']}({args})"), Text(step["spec"]), Text(step["target"]))
+        table.add_row(
+            str(i), Text(f"{step['method']}({args})"), Text(step["spec"]), Text(step["target"])
+        )
     OUT.print(table)
     OUT.print(Text.assemble((cx["check"], "bold red"), ": ", cx["detail"]))
     if cx.get("trace_file"):
@@ -132,7 +138,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not args.json:
-        ERR.print(f"checking {component} against target {label} (hypothesis profile {args.profile})")
+        ERR.print(
+            f"checking {component} against target {label} (hypothesis profile {args.profile})"
+        )
     with shrink_budget(args.shrink_seconds):
         result = check(cls, label, settings)
     cx = _counterexample(result, component, cls, 10.0)
@@ -237,14 +245,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rows = run_suite(args.suite, quick=args.quick, rounds=args.rounds)
     emit({"suite": args.suite, "rows": [r.to_json() for r in rows]}, args.json)
     if not args.json:
-        table = Table(title=f"bench {args.suite}: baseline = spec (legacy algorithm), impl = production")
+        table = Table(
+            title=f"bench {args.suite}: baseline = spec (legacy algorithm), impl = production"
+        )
         for column in ("case", "baseline µs", "impl µs", "ratio", "goal"):
             table.add_column(column, justify="right")
         for r in rows:
             goal = "" if r.goal is None else f"≥{r.goal:g}× " + ("✓" if r.ratio >= r.goal else "✗")
             table.add_row(
                 ", ".join(f"{k}={v}" for k, v in r.case.items()),
-                f"{r.baseline_us:,.2f}", f"{r.impl_us:,.2f}", f"{r.ratio:,.2f}×", goal,
+                f"{r.baseline_us:,.2f}",
+                f"{r.impl_us:,.2f}",
+                f"{r.ratio:,.2f}×",
+                goal,
             )
         OUT.print(table)
     return 0
@@ -262,7 +275,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             table.add_column(column, overflow="fold")
         colour = {"pass": "green", "fail": "red", "skip": "yellow"}
         for s in stages:
-            table.add_row(s.name, f"[{colour[s.status]}]{s.status}[/]", f"{s.seconds:.1f}", s.summary)
+            table.add_row(
+                s.name, f"[{colour[s.status]}]{s.status}[/]", f"{s.seconds:.1f}", s.summary
+            )
         OUT.print(table)
     return 1 if any(s.status == "fail" for s in stages) else 0
 
@@ -287,8 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("component", help=f"one of {', '.join(components)}")
     p.add_argument("--target", help=target_help)
     p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
-    p.add_argument("--shrink-seconds", type=float, default=60.0,
-                   help="bound on hypothesis' shrinking time (default 60)")
+    p.add_argument(
+        "--shrink-seconds",
+        type=float,
+        default=60.0,
+        help="bound on hypothesis' shrinking time (default 60)",
+    )
     p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)

@@ -34,9 +34,18 @@ COMPONENTS: dict[str, Component] = {
             "spec": "spec.infinilm.block_manager:BlockManager",
         },
         (
-            "allocate_slots", "get_computed_blocks", "append_slot", "append_slots",
-            "truncate_blocks", "publish_computed_blocks", "free_blocks", "try_free_blocks",
-            "can_allocate", "get_num_free_blocks", "get_total_usable_blocks", "update_blocks_slot",
+            "allocate_slots",
+            "get_computed_blocks",
+            "append_slot",
+            "append_slots",
+            "truncate_blocks",
+            "publish_computed_blocks",
+            "free_blocks",
+            "try_free_blocks",
+            "can_allocate",
+            "get_num_free_blocks",
+            "get_total_usable_blocks",
+            "update_blocks_slot",
         ),
     ),
 }
@@ -47,7 +56,9 @@ def component(name: str) -> Component:
         return COMPONENTS[name]
     except KeyError:
         known = ", ".join(sorted(COMPONENTS))
-        raise TargetError(f"unknown or not yet built component {name!r} (available: {known})") from None
+        raise TargetError(
+            f"unknown or not yet built component {name!r} (available: {known})"
+        ) from None
 
 
 def _load_file(path: Path, class_name: str) -> Any:

@@ -47,8 +47,8 @@ def _timed(name: str, body: Callable[[], tuple[str, str]]) -> Stage:
 def _check() -> tuple[str, str]:
     from impl.infinilm.block_manager import BlockManager
     from stateful_tests import profiles
-    from stateful_tests.profiles import shrink_budget
     from stateful_tests.infinilm_block_manager import check
+    from stateful_tests.profiles import shrink_budget
 
     with shrink_budget(30):
         r = check(BlockManager, "impl", profiles.get("ci"))

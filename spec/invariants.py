@@ -18,9 +18,12 @@ Violation = str | None
 def free_and_used_partition_pool(s: BlockManagerSnapshot) -> Violation:
     """The free deque (no duplicates) and the used set partition ``{0..N-1}``."""
     free, used = set(s.free_block_ids), set(s.used_block_ids)
-    if len(free) + len(used) == s.num_blocks and free | used == set(range(s.num_blocks)):
-        if len(free) == len(s.free_block_ids):
-            return None  # fast path: a partition, no duplicates
+    if (
+        len(free) + len(used) == s.num_blocks
+        and len(free) == len(s.free_block_ids)
+        and free | used == set(range(s.num_blocks))
+    ):
+        return None  # fast path: a partition, no duplicates
     dupes = sorted(p for p, n in Counter(s.free_block_ids).items() if n > 1)
     if dupes:
         return f"pages {dupes} appear twice on the free deque"

@@ -339,7 +339,7 @@ class Driver:
         if out.raised is None:
             h.table = list(out.returned[0])
             h.length += 1
-            h.tokens = (h.tokens + [c.int(0, self.config.vocab - 1)])[: h.length]
+            h.tokens = [*h.tokens, c.int(0, self.config.vocab - 1)][: h.length]
         self.after_call()
 
     def append_slots(self, c: Chooser) -> None:
@@ -848,7 +848,10 @@ def shrink_trace(
     deadline = time.perf_counter() + budget_seconds
 
     def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
-        candidate = {**document, "steps": [{k: v for k, v in s.items() if k != "holders"} for s in steps]}
+        candidate = {
+            **document,
+            "steps": [{k: v for k, v in s.items() if k != "holders"} for s in steps],
+        }
         result = replay(candidate, target_factory, target)
         if result.passed or result.failure is None or result.failure.check != check_name:
             return None

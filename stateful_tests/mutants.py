@@ -114,9 +114,7 @@ class LookupIgnoresHitCap(BlockManager):
     def get_computed_blocks(
         self, block_hashes: Sequence[bytes], max_cache_hit_tokens: int
     ) -> tuple[list[int], int]:
-        return super().get_computed_blocks(
-            block_hashes, len(block_hashes) * self.block_size
-        )
+        return super().get_computed_blocks(block_hashes, len(block_hashes) * self.block_size)
 
 
 class ReleaseReturnsPagesToFreeList(BlockManager):
@@ -176,29 +174,89 @@ BM = "infinilm-block-manager"
 CATALOGUE: dict[str, Mutant] = {
     m.name: m
     for m in (
-        Mutant("counter_not_decremented_in_truncate", BM, "InfiniLM PR #576 (counter updates)",
-               CounterNotDecrementedInTruncate, "referenced_count_matches_live_pages"),
-        Mutant("counter_decremented_on_eviction", BM, "InfiniLM PR #576 (no change on eviction)",
-               CounterDecrementedOnEviction, "referenced_count_matches_live_pages"),
-        Mutant("pin_does_not_count_revived_page", BM, "InfiniLM PR #576 (0->1 on prefix hit)",
-               PinDoesNotCountRevivedPage, "referenced_count_matches_live_pages"),
-        Mutant("reclaim_evicts_referenced_page", BM, "InfiniLM PR #578 (candidate filter)",
-               ReclaimEvictsReferencedPage, "no_live_eviction"),
-        Mutant("reclaim_without_evict_one", BM, "InfiniLM PR #578 (limit >= 1 keeps quirk A)",
-               ReclaimWithoutEvictOne, "identical_eviction_order"),
-        Mutant("reclaim_in_id_order", BM, "InfiniLM reference §9.3 (set-iteration order)",
-               ReclaimInIdOrder, "identical_eviction_order"),
-        Mutant("lifo_free_list", BM, "InfiniLM reference §1.2 (FIFO free deque)",
-               LifoFreeList, "identical_eviction_order"),
-        Mutant("hash_index_not_cleaned_on_eviction", BM, "InfiniLM reference §3.0 _remove_block_hash",
-               HashIndexNotCleanedOnEviction, "prefix_index_consistent"),
-        Mutant("lookup_ignores_hit_cap", BM, "InfiniLM reference §3.1/§9.7 (P-1 hit cap)",
-               LookupIgnoresHitCap, "return_value"),
-        Mutant("release_returns_pages_to_free_list", BM, "InfiniLM reference §3.7 (release keeps cache)",
-               ReleaseReturnsPagesToFreeList, "identical_eviction_order"),
-        Mutant("publish_deduplicates", BM, "vLLM #21357 / InfiniLM reference §3.6 (no dedup)",
-               PublishDeduplicates, "prefix_index_consistent"),
-        Mutant("truncate_not_validated_first", BM, "InfiniLM reference §3.5 (validate all first)",
-               TruncateNotValidatedFirst, "atomic_failure"),
+        Mutant(
+            "counter_not_decremented_in_truncate",
+            BM,
+            "InfiniLM PR #576 (counter updates)",
+            CounterNotDecrementedInTruncate,
+            "referenced_count_matches_live_pages",
+        ),
+        Mutant(
+            "counter_decremented_on_eviction",
+            BM,
+            "InfiniLM PR #576 (no change on eviction)",
+            CounterDecrementedOnEviction,
+            "referenced_count_matches_live_pages",
+        ),
+        Mutant(
+            "pin_does_not_count_revived_page",
+            BM,
+            "InfiniLM PR #576 (0->1 on prefix hit)",
+            PinDoesNotCountRevivedPage,
+            "referenced_count_matches_live_pages",
+        ),
+        Mutant(
+            "reclaim_evicts_referenced_page",
+            BM,
+            "InfiniLM PR #578 (candidate filter)",
+            ReclaimEvictsReferencedPage,
+            "no_live_eviction",
+        ),
+        Mutant(
+            "reclaim_without_evict_one",
+            BM,
+            "InfiniLM PR #578 (limit >= 1 keeps quirk A)",
+            ReclaimWithoutEvictOne,
+            "identical_eviction_order",
+        ),
+        Mutant(
+            "reclaim_in_id_order",
+            BM,
+            "InfiniLM reference §9.3 (set-iteration order)",
+            ReclaimInIdOrder,
+            "identical_eviction_order",
+        ),
+        Mutant(
+            "lifo_free_list",
+            BM,
+            "InfiniLM reference §1.2 (FIFO free deque)",
+            LifoFreeList,
+            "identical_eviction_order",
+        ),
+        Mutant(
+            "hash_index_not_cleaned_on_eviction",
+            BM,
+            "InfiniLM reference §3.0 _remove_block_hash",
+            HashIndexNotCleanedOnEviction,
+            "prefix_index_consistent",
+        ),
+        Mutant(
+            "lookup_ignores_hit_cap",
+            BM,
+            "InfiniLM reference §3.1/§9.7 (P-1 hit cap)",
+            LookupIgnoresHitCap,
+            "return_value",
+        ),
+        Mutant(
+            "release_returns_pages_to_free_list",
+            BM,
+            "InfiniLM reference §3.7 (release keeps cache)",
+            ReleaseReturnsPagesToFreeList,
+            "identical_eviction_order",
+        ),
+        Mutant(
+            "publish_deduplicates",
+            BM,
+            "vLLM #21357 / InfiniLM reference §3.6 (no dedup)",
+            PublishDeduplicates,
+            "prefix_index_consistent",
+        ),
+        Mutant(
+            "truncate_not_validated_first",
+            BM,
+            "InfiniLM reference §3.5 (validate all first)",
+            TruncateNotValidatedFirst,
+            "atomic_failure",
+        ),
     )
 }

@@ -53,7 +53,9 @@ settings.register_profile(
 def get(name: str) -> settings:
     """The registered profile ``name`` (``ValueError`` naming the choices otherwise)."""
     if name not in PROFILES:
-        raise ValueError(f"unknown hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}")
+        raise ValueError(
+            f"unknown hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}"
+        )
     return settings.get_profile(name)
 
 

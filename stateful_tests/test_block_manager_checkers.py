@@ -16,7 +16,9 @@ from stateful_tests.lockstep import load_trace, save_trace
 from stateful_tests.mutants import CATALOGUE
 from stateful_tests.profiles import shrink_budget
 
-BLOCK_MANAGER_MUTANTS = sorted(n for n, m in CATALOGUE.items() if m.component == "infinilm-block-manager")
+BLOCK_MANAGER_MUTANTS = sorted(
+    n for n, m in CATALOGUE.items() if m.component == "infinilm-block-manager"
+)
 
 # Paths a green run must have exercised, or it proves little (eviction, failures, full pools).
 REQUIRED_PATHS = {
@@ -101,8 +103,12 @@ class UpstreamStyle(SpecBlockManager):
             try:
                 return attr(*args)
             except KvspecError as exc:
-                builtin = {"ValueError": ValueError, "IndexError": IndexError,
-                           "RuntimeError": RuntimeError, "AssertionError": AssertionError}
+                builtin = {
+                    "ValueError": ValueError,
+                    "IndexError": IndexError,
+                    "RuntimeError": RuntimeError,
+                    "AssertionError": AssertionError,
+                }
                 raise builtin[exception_kind(exc)](str(exc)) from None
 
         return plain
