@@ -63,8 +63,12 @@ def _component(name: str) -> str:
 def _save_trace(trace: dict[str, Any], component: str, target: str) -> Path:
     from stateful_tests.lockstep import save_trace
 
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in target)
-    return save_trace(trace, TRACE_DIR, f"{component}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}")
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in target)[-80:]
+    stem = f"{component}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 0
+    while (TRACE_DIR / f"{stem}{'-' + str(n) if n else ''}.json").exists():
+        n += 1  # two failures in the same second must not overwrite each other
+    return save_trace(trace, TRACE_DIR, f"{stem}{'-' + str(n) if n else ''}")
 
 
 def _counterexample(
@@ -197,7 +201,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             print_counterexample(cx)
         OUT.print(
             f"fuzz {component} vs {label}: {result.steps:,} ops in {result.seconds:.1f}s "
-            f"({document['ops_per_second']:,} ops/s), seed {args.seed}: "
+            f"({document['ops_per_second'] or 0:,} ops/s), seed {args.seed}: "
             + ("[green]no divergence[/]" if result.passed else "[red]DIVERGENCE[/]")
         )
     return 0 if result.passed else 1
@@ -343,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except (TargetError, UsageError) as exc:
-        ERR.print(f"kvspec: {exc}", markup=False)
+        # plain write: rich would wrap a long reason onto several lines
+        sys.stderr.write(f"kvspec: {' '.join(str(exc).split())}\n")
         return 2
     return code
 

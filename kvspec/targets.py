@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,21 +63,34 @@ def component(name: str) -> Component:
 
 
 def _load_file(path: Path, class_name: str) -> Any:
+    """Import ``path`` as a module of a synthetic package over its folder.
+
+    Sibling modules then resolve both as ``from .prefix_cache import …`` and as ``import
+    prefix_cache``, without executing the folder's ``__init__.py`` (an engine's package init may
+    load native GPU libraries; InfiniLM's CPU tests avoid it the same way).
+    """
     if not path.is_file():
         raise TargetError(f"target file {path} does not exist")
-    module_name = f"kvspec_target_{abs(hash(path.resolve()))}"
+    folder = path.resolve().parent
+    package_name = f"kvspec_target_{abs(hash(str(folder))):x}"
+    package = sys.modules.get(package_name)
+    if package is None:
+        package = types.ModuleType(package_name)
+        package.__path__ = [str(folder)]
+        sys.modules[package_name] = package
+    module_name = f"{package_name}.{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise TargetError(f"cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # sibling modules of an upstream checkout
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(folder))
     try:
-        sys.modules[module_name] = module
         spec.loader.exec_module(module)
-    except ImportError as exc:
-        raise TargetError(f"importing {path} failed: {exc}") from exc
+    except Exception as exc:  # a syntax error or a crash at import is "could not run", not a bug
+        raise TargetError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
     finally:
-        sys.path.remove(str(path.parent))
+        sys.path.remove(str(folder))
     return getattr(module, class_name, None)
 
 

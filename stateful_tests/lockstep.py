@@ -224,7 +224,16 @@ def save_trace(document: Mapping[str, Any], directory: Path, stem: str) -> Path:
 
 
 def load_trace(path: Path) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(path.read_text())
-    if document.get("format") != TRACE_FORMAT:
-        raise ValueError(f"{path} is not a kvspec trace (format {document.get('format')!r})")
+    """Read and validate a trace file (``ValueError`` naming what is wrong)."""
+    document = json.loads(path.read_text())
+    if not isinstance(document, dict) or document.get("format") != TRACE_FORMAT:
+        raise ValueError(f"{path} is not a kvspec trace (expected format {TRACE_FORMAT!r})")
+    missing = [k for k in ("component", "target", "config", "steps") if k not in document]
+    if missing:
+        raise ValueError(f"{path} lacks the trace fields {', '.join(missing)}")
+    if not isinstance(document["steps"], list) or not all(
+        isinstance(s, dict) and "method" in s and isinstance(s.get("args"), list)
+        for s in document["steps"]
+    ):
+        raise ValueError(f"{path}: every step needs a method and a list of args")
     return document

@@ -129,9 +129,7 @@ def test_fuzz_failure_human_output(
     capsys: pytest.CaptureFixture[str], monkeypatch, tmp_path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    rc, out, _ = run(
-        capsys, "fuzz", BM, "--target", "mutant:lifo_free_list", "--ops", "20000"
-    )
+    rc, out, _ = run(capsys, "fuzz", BM, "--target", "mutant:lifo_free_list", "--ops", "20000")
     assert rc == 1
     with pytest.raises(json.JSONDecodeError):
         json.loads(out)
@@ -220,18 +218,11 @@ def test_bench_usable_quick(capsys: pytest.CaptureFixture[str], monkeypatch, tmp
 
 
 # ----------------------------------------------------------------------------- exit status 2
-# Messages that outgrow 80 columns are hard-wrapped by rich on stderr (cli.ERR.print without
-# soft_wrap), breaking the contract's "said in one line".
-WRAPS = pytest.mark.xfail(
-    strict=True,
-    reason="CLI bug: ERR.print hard-wraps messages longer than the console width (80 off a tty), "
-    "so the exit-2 reason takes several lines",
-)
 CANNOT_RUN = [
-    pytest.param(["fuzz", "nosuch", "--ops", "10"], id="unknown-component", marks=WRAPS),
+    pytest.param(["fuzz", "nosuch", "--ops", "10"], id="unknown-component"),
     pytest.param(["fuzz", BM, "--target", "no.such.module:X"], id="unknown-module"),
     pytest.param(["fuzz", BM, "--target", "impl.infinilm.block_manager:Nope"], id="missing-class"),
-    pytest.param(["fuzz", BM, "--target", "mutant:nope"], id="unknown-mutant", marks=WRAPS),
+    pytest.param(["fuzz", BM, "--target", "mutant:nope"], id="unknown-mutant"),
     pytest.param(["fuzz", BM, "--ops", "0"], id="zero-ops"),
     pytest.param(["fuzz", BM, "--ops", "-5"], id="negative-ops"),
     pytest.param(["check", BM, "--profile", "warp"], id="unknown-profile"),
@@ -261,7 +252,6 @@ def test_cannot_run_prints_nothing_on_stdout_with_json(
     assert "--ops" in err
 
 
-@WRAPS
 def test_target_class_lacking_api(capsys, monkeypatch, tmp_path, narrow_stderr) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.py").write_text("class Thing:\n    pass\n")
@@ -276,15 +266,10 @@ def test_target_class_lacking_api_exits_2(capsys, monkeypatch, tmp_path) -> None
     rc, out, err = run(capsys, "fuzz", BM, "--ops", "10", "--target", f"{tmp_path}/bad.py:Thing")
     assert rc == 2
     assert out == ""
-    assert "lacks the" in err and "allocate_slots" in err
+    message = " ".join(err.split())
+    assert "bad.py:Thing lacks the infinilm-block-manager API: missing allocate_slots" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SyntaxError,
-    reason="CLI bug: targets._load_file catches only ImportError, so a target file that does not "
-    "parse escapes main() as a SyntaxError traceback instead of exit 2",
-)
 def test_target_file_with_syntax_error(capsys, monkeypatch, tmp_path, narrow_stderr) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "broken.py").write_text("class Mine(:\n    pass\n")
@@ -294,26 +279,8 @@ def test_target_file_with_syntax_error(capsys, monkeypatch, tmp_path, narrow_std
 NOT_A_TRACE = [
     pytest.param("this is not JSON\n", id="text"),
     pytest.param('{"hello": "world"}\n', id="json-object-without-format"),
-    pytest.param(
-        "[1, 2, 3]\n",
-        id="json-array",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="CLI bug: lockstep.load_trace calls .get on any JSON value; a JSON array "
-            "raises AttributeError, which cmd_replay does not catch (traceback, not exit 2)",
-        ),
-    ),
-    pytest.param(
-        '{"format": "kvspec-trace/1"}\n',
-        id="trace-format-without-fields",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=KeyError,
-            reason="CLI bug: cmd_replay indexes document['component'] (and replay() 'config', "
-            "'steps') unchecked; a truncated trace raises KeyError (traceback, not exit 2)",
-        ),
-    ),
+    pytest.param("[1, 2, 3]\n", id="json-array"),
+    pytest.param('{"format": "kvspec-trace/1"}\n', id="trace-format-without-fields"),
 ]
 
 
