@@ -233,6 +233,13 @@ class Driver:
             return max(1, pages * size + c.pick((-1, 0, 1)))
         return max(1, pages * size + c.int(0, size - 1))
 
+    def draw_prompt(self, c: Chooser) -> list[int]:
+        """A new prompt; often an earlier prompt again (repeated system prompts: with the P-1 cap,
+        a block-aligned repeat recomputes its last block, the usual source of duplicate hashes)."""
+        if self.prompts and c.chance(0.3):
+            return list(c.pick(self.prompts))
+        return self.draw_tokens(c, self.draw_length(c))
+
     def draw_tokens(self, c: Chooser, n: int) -> list[int]:
         tokens: list[int] = []
         if self.prompts and c.chance(0.6):
@@ -264,8 +271,8 @@ class Driver:
 
     def allocate_slots(self, c: Chooser) -> None:
         """Admit a request without prefix lookup; sometimes with remote-computed tokens."""
-        p = self.draw_length(c)
-        tokens = self.draw_tokens(c, p)
+        tokens = self.draw_prompt(c)
+        p = len(tokens)
         computed = c.int(0, p - 1) if c.chance(0.2) else 0
         out = self.call("allocate_slots", p - computed, computed)
         if out.raised is None and out.returned is not None:
@@ -279,8 +286,8 @@ class Driver:
 
     def allocate_slots_with_prefix(self, c: Chooser) -> None:
         """The scheduler's admission: pin the cached prefix (P-1 cap), allocate, unpin on failure."""
-        p = self.draw_length(c)
-        tokens = self.draw_tokens(c, p)
+        tokens = self.draw_prompt(c)
+        p = len(tokens)
         hashes = self.hashes(tokens)
         cap = p - 1 if c.chance(0.9) else c.int(0, p + self.config.block_size)
         out = self.call("get_computed_blocks", hashes, cap)

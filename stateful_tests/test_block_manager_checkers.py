@@ -53,7 +53,7 @@ def test_fuzzer_runs_a_million_ops_without_divergence() -> None:
     ops = int(os.environ.get("KVSPEC_FUZZ_OPS", "1000000"))
     result = fuzz(ImplBlockManager, "impl", ops, seed=20261130)
     assert result.passed, result.failure
-    assert result.steps == ops
+    assert result.steps >= ops
     missing = REQUIRED_PATHS - set(result.coverage)
     assert not missing, f"the fuzzer never exercised {missing}"
     assert not [k for k in result.coverage if k.startswith("path:bad_input_accepted")]
