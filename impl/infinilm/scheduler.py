@@ -1,0 +1,247 @@
+"""Production InfiniLM scheduler: the spec's decisions, variant by variant, with cheap admission.
+
+* ``legacy``: the running queue's reservation is scanned at most once per ``schedule()`` and only
+  when a candidate reaches the admission check (PR #579); ``can_accept_request`` takes it through
+  the keyword-only ``running_required_blocks``. Equivalent because the running queue is not
+  touched during the prefill loop and no running request's g changes within a step.
+* ``exact`` / ``tight``: ``num_reserved_decode_blocks`` is an incremental counter (the
+  exact-reservation PR): ``+= R(req)`` when ``complete_requests`` re-enqueues a request at the
+  running tail, ``-= R(req)`` as soon as the decode loop dequeues one (before its ``is_finished``
+  check). A request's table does not change while it sits in the queue, so the counter always
+  equals the scan (``reservation_counter_matches_scan``) and admission is O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from impl.infinilm.block_manager import BlockManager
+from spec.infinilm.block_manager import ceil_div
+from spec.infinilm.request import InferenceRequest, RequestStatus
+from spec.infinilm.scheduler import (
+    RESERVATIONS,
+    KVConnector,
+    KVConnectorOutput,
+    ModelRunnerOutput,
+    RequestQueue,
+    SchedulerOutput,
+    SpeculativeCacheOps,
+    prefill_extra_blocks,
+    remote_reservation,
+    running_reservation,
+)
+from spec.infinilm.scheduler import Scheduler as SpecScheduler
+
+__all__ = [
+    "RESERVATIONS",
+    "KVConnectorOutput",
+    "ModelRunnerOutput",
+    "RequestQueue",
+    "Scheduler",
+    "SchedulerOutput",
+    "SpeculativeCacheOps",
+]
+
+
+class Scheduler(SpecScheduler):
+    """Drop-in replacement for :class:`spec.infinilm.scheduler.Scheduler`."""
+
+    def __init__(
+        self,
+        max_batch_size: int = 16,
+        num_blocks: int = 512,
+        block_size: int = 256,
+        max_num_batched_tokens: int = 1024,
+        connector: KVConnector | None = None,
+        has_mamba_cache: bool = False,
+        num_mamba_cache_blocks: int | None = None,
+        enable_prefix_caching: bool = True,
+        *,
+        reservation: str = "legacy",
+        block_manager: BlockManager | None = None,
+    ) -> None:
+        super().__init__(
+            max_batch_size,
+            num_blocks,
+            block_size,
+            max_num_batched_tokens,
+            connector,
+            has_mamba_cache,
+            num_mamba_cache_blocks,
+            enable_prefix_caching,
+            reservation=reservation,
+            block_manager=block_manager or BlockManager(num_blocks, block_size),  # type: ignore[arg-type]
+        )
+        self._incremental = reservation != "legacy"
+        self._num_reserved = 0  # Σ R(r) over the running queue (exact / tight only)
+
+    @property
+    def num_reserved_decode_blocks(self) -> int:
+        # relies on reservation_counter_matches_scan (exact / tight); legacy has no counter
+        return self._num_reserved if self._incremental else self._running_required_blocks()
+
+    def can_accept_request(
+        self,
+        req: InferenceRequest,
+        num_local_computed_tokens: int,
+        current_prefill_extra_blocks: int = 0,
+        *,
+        running_required_blocks: int | None = None,
+    ) -> bool:
+        mamba = self.mamba_cache_manager
+        if mamba is not None and req.mamba_cache_index is None and not mamba.can_allocate():
+            return False
+        if self._incremental:
+            running = self._num_reserved
+        elif running_required_blocks is None:
+            running = self._running_required_blocks()
+        else:
+            running = running_required_blocks
+        need = (
+            running
+            + ceil_div(
+                req.prompt_length - num_local_computed_tokens + req.sampling_params.max_tokens,
+                self.block_size,
+            )
+            + self.pending_kv_decode_blocks
+            + current_prefill_extra_blocks
+        )
+        return need <= self.cache_manager.get_total_usable_blocks()
+
+    def complete_requests(self, requests: Iterable[InferenceRequest]) -> None:
+        for req in requests:
+            if req.is_finished():
+                super().complete_requests((req,))
+            else:
+                self.running_queue.put(req)
+                if self._incremental:
+                    self._num_reserved += running_reservation(
+                        self.reservation, req, self.block_size
+                    )
+
+    def schedule(self) -> SchedulerOutput | None:
+        bm, size, variant = self.cache_manager, self.block_size, self.reservation
+        waiting, running_queue = self.waiting_queue, self.running_queue
+        mamba = self.mamba_cache_manager
+        deferred: list[InferenceRequest] = []
+        batch: list[InferenceRequest] = []
+        tokens = extra = 0
+        running_required: int | None = None  # PR #579: computed lazily, at most once per step
+        while len(batch) < self.max_batch_size and tokens < self.max_num_batched_tokens:
+            req = waiting.get_nowait()
+            if req is None:
+                break
+            if req.is_finished():
+                self.complete_requests((req,))
+                continue
+            prompt = req.prompt_length
+            if req.num_computed_tokens == 0:
+                cached: list[int] = []
+                local = external = 0
+                is_async = False
+                if not self.has_mamba_cache:
+                    if self.enable_prefix_caching:
+                        cached, local = bm.get_computed_blocks(req.block_hashes, prompt - 1)
+                    if self.connector is not None:
+                        external, is_async = self.connector.get_num_new_matched_tokens(req, local)
+                computed = min(local + external, max(prompt - 1, 0))
+                rejected = not is_async and self._exceeds_token_budget(
+                    tokens, prompt - computed, len(batch)
+                )
+                if not rejected:
+                    if (
+                        not self._incremental
+                        and running_required is None
+                        and (
+                            mamba is None
+                            or req.mamba_cache_index is not None
+                            or mamba.can_allocate()
+                        )
+                    ):
+                        running_required = self._running_required_blocks()
+                    rejected = not self.can_accept_request(
+                        req, local, extra, running_required_blocks=running_required
+                    )
+                allocated = (
+                    None if rejected else bm.allocate_slots(prompt - computed, computed, cached)
+                )
+                if allocated is None:
+                    if local > 0:
+                        bm.free_blocks(cached)
+                    deferred.append(req)
+                    break
+                table, slots = allocated
+                if mamba is not None and req.mamba_cache_index is None:
+                    req.mamba_cache_index = mamba.allocate()
+                    if req.mamba_cache_index is None:
+                        bm.free_blocks(table)
+                        deferred.append(req)
+                        break
+                req.block_table, req.slot_mapping, req.num_blocks = table, slots, len(table)
+                req.num_local_cached_tokens = local if is_async else computed
+                req.num_cache_indexed_blocks = len(cached)
+                req.num_computed_tokens = computed
+                if self.connector is not None:
+                    self.connector.update_state_after_alloc(req, table, external, size)
+            else:
+                is_async = False
+                if self._exceeds_token_budget(
+                    tokens, prompt - req.num_local_cached_tokens, len(batch)
+                ):
+                    deferred.append(req)
+                    break
+                self.commit_computed_tokens(req, req.num_computed_tokens)
+            if is_async:
+                req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+                self.remote_kv_requests[req.request_id] = req
+                self.pending_kv_decode_blocks += remote_reservation(variant, req, size)
+                continue
+            extra += prefill_extra_blocks(req, size)
+            batch.append(req)
+            tokens += prompt - req.num_local_cached_tokens
+            req.status = RequestStatus.RUNNING
+        for req in deferred:
+            waiting.put(req)
+        if batch:
+            return self._output(batch, is_prefill=True)
+
+        while len(batch) < self.max_batch_size:
+            req = running_queue.get_nowait()
+            if req is None:
+                break
+            if self._incremental:  # before the is_finished check, as the exact PR does
+                self._num_reserved -= running_reservation(variant, req, size)
+            if req.is_finished():
+                self.complete_requests((req,))
+                continue
+            total = req.get_total_length()
+            req.block_table, slot = bm.append_slot(req.block_table, total)
+            req.slot_mapping = [slot]
+            req.num_blocks = len(req.block_table)
+            req.num_local_cached_tokens = total - 1
+            batch.append(req)
+
+        if self.connector is not None:
+            self._promote_remote(batch)
+        if batch:
+            return self._output(batch, is_prefill=False)
+        if self.connector is not None:
+            return self._output([], is_prefill=False)
+        return None
+
+    def _promote_remote(self, batch: list[InferenceRequest]) -> None:
+        for request_id in list(self.remote_kv_requests):
+            req = self.remote_kv_requests[request_id]
+            if req.is_finished():
+                self.complete_requests((req,))
+                continue
+            if request_id in self.failed_receiving_kv_req_ids:
+                self.update_waiting_for_remote_kv(req)
+                req.status = RequestStatus.WAITING
+                self.waiting_queue.put(req)
+            elif request_id in self.finished_receiving_kv_req_ids:
+                if len(batch) >= self.max_batch_size:
+                    break
+                self.update_waiting_for_remote_kv(req)
+                req.status = RequestStatus.RUNNING
+                batch.append(req)
