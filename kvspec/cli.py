@@ -60,6 +60,33 @@ def _component(name: str) -> str:
     return name
 
 
+def _checker(component: str) -> Any:
+    """The checker module of a component (check, fuzz, replay, shrink_trace)."""
+    import importlib
+
+    return importlib.import_module(
+        {
+            "infinilm-block-manager": "stateful_tests.infinilm_block_manager",
+            "infinilm-scheduler": "stateful_tests.infinilm_scheduler",
+        }[component]
+    )
+
+
+def _options(args: argparse.Namespace, component: str) -> dict[str, Any]:
+    """Component-specific checker options: the scheduler's reservation variant and soundness."""
+    variant = getattr(args, "variant", None)
+    soundness = getattr(args, "soundness", False)
+    if component != "infinilm-scheduler":
+        if variant or soundness:
+            raise UsageError(f"--variant/--soundness apply to infinilm-scheduler, not {component}")
+        return {}
+    from spec.infinilm.scheduler import RESERVATIONS
+
+    if variant is not None and variant not in RESERVATIONS:
+        raise UsageError(f"unknown variant {variant!r}; choose one of {', '.join(RESERVATIONS)}")
+    return {"reservation": variant, "soundness": soundness}
+
+
 def _save_trace(trace: dict[str, Any], component: str, target: str) -> Path:
     from stateful_tests.lockstep import save_trace
 
@@ -72,16 +99,22 @@ def _save_trace(trace: dict[str, Any], component: str, target: str) -> Path:
 
 
 def _counterexample(
-    result: Any, component: str, cls: Any = None, shrink_seconds: float = 0.0, save: bool = True
+    result: Any,
+    component: str,
+    cls: Any = None,
+    shrink_seconds: float = 0.0,
+    save: bool = True,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The failing trace, delta-debugged for ``shrink_seconds`` when a target class is given."""
     if result.failure is None:
         return None
     trace = result.trace
     if trace is not None and cls is not None and shrink_seconds > 0:
-        from stateful_tests.infinilm_block_manager import shrink_trace
-
-        trace = shrink_trace(trace, cls, result.target, budget_seconds=shrink_seconds)
+        extra = {"soundness": True} if (options or {}).get("soundness") else {}
+        trace = _checker(component).shrink_trace(
+            trace, cls, result.target, budget_seconds=shrink_seconds, **extra
+        )
     path = _save_trace(trace, component, result.target) if trace and save else None
     failure = (trace or {}).get("failure") or {}
     return {
@@ -133,9 +166,9 @@ def emit(document: dict[str, Any], as_json: bool) -> None:
 # ----------------------------------------------------------------------------- commands
 def cmd_check(args: argparse.Namespace) -> int:
     from stateful_tests import profiles
-    from stateful_tests.infinilm_block_manager import check
 
     component = _component(args.component)
+    options = _options(args, component)
     label, cls = load_target(component, args.target)
     try:
         settings = profiles.get(args.profile)
@@ -146,8 +179,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"checking {component} against target {label} (hypothesis profile {args.profile})"
         )
     with shrink_budget(args.shrink_seconds):
-        result = check(cls, label, settings)
-    cx = _counterexample(result, component, cls, 10.0)
+        result = _checker(component).check(cls, label, settings, **options)
+    cx = _counterexample(result, component, cls, 10.0, options=options)
     document = {
         "component": component,
         "target": label,
@@ -173,15 +206,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from stateful_tests.infinilm_block_manager import fuzz
-
     component = _component(args.component)
+    options = _options(args, component)
     if args.ops <= 0:
         raise UsageError(f"--ops must be positive, got {args.ops}")
     label, cls = load_target(component, args.target)
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
-        result = fuzz(cls, label, args.ops, args.seed, progress=update)
-    cx = _counterexample(result, component, cls, 0.0 if args.no_shrink else 10.0)
+        result = _checker(component).fuzz(
+            cls, label, args.ops, args.seed, progress=update, **options
+        )
+    cx = _counterexample(result, component, cls, 0.0 if args.no_shrink else 10.0, options=options)
     document = {
         "component": component,
         "target": label,
@@ -208,7 +242,6 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from stateful_tests.infinilm_block_manager import replay
     from stateful_tests.lockstep import load_trace
 
     try:
@@ -217,7 +250,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read trace: {exc}") from None
     component = _component(document["component"])
     label, cls = load_target(component, args.target or document["target"])
-    result = replay(document, cls, label)
+    extra = {"soundness": True} if args.soundness else {}
+    if extra and component != "infinilm-scheduler":
+        raise UsageError("--soundness applies to infinilm-scheduler traces")
+    result = _checker(component).replay(document, cls, label, **extra)
     cx = _counterexample(result, component, save=False)
     out = {
         "component": component,
@@ -267,6 +303,48 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_admission(args: argparse.Namespace) -> int:
+    from kvspec.admission import ManifestError, load_manifest, simulate
+    from spec.infinilm.scheduler import RESERVATIONS
+
+    try:
+        manifest = load_manifest(args.manifest)
+    except ManifestError as exc:
+        raise UsageError(str(exc)) from None
+    variants: dict[str, Any] = {}
+    with progress("admission", len(RESERVATIONS), not args.json) as update:
+        for i, variant in enumerate(RESERVATIONS, 1):
+            variants[variant] = simulate(manifest, variant)
+            update(i)
+    emit({"manifest": str(args.manifest), "variants": variants}, args.json)
+    if not args.json:
+        table = Table(
+            title=f"admission prediction for {args.manifest} (B={manifest.block_size}, "
+            f"N={manifest.num_blocks}, prefix caching "
+            f"{'on' if manifest.enable_prefix_caching else 'off'})"
+        )
+        for column in ("variant", "wave", "running", "reserved", "usable", "admitted"):
+            table.add_column(column, justify="right")
+        for variant, result in variants.items():
+            for record in result["waves"]:
+                table.add_row(
+                    variant,
+                    str(record["wave"]),
+                    f"{record['running_requests']} (wave {record['wave'] - 1}: "
+                    f"{record['previous_wave_running']}/{len(manifest.waves[record['wave'] - 2])})",
+                    str(record["running_reserved_blocks"]),
+                    str(record["usable_blocks"]),
+                    f"{record['admitted']}/{record['requests']}",
+                )
+        OUT.print(table)
+        OUT.print(
+            "running: requests in the running queue just before the wave's schedule() (of them, "
+            "the previous wave's); reserved: their decode reservation in pages; usable: "
+            "get_total_usable_blocks(); admitted: the wave's requests in that schedule()'s batch"
+        )
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Every stage that exists, on embedded defaults, with a summary table."""
     from kvspec import verify
@@ -307,6 +385,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help=target_help)
     p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
     p.add_argument(
+        "--variant",
+        help="infinilm-scheduler reservation: legacy, exact or tight (default: drawn per run)",
+    )
+    p.add_argument(
+        "--soundness",
+        action="store_true",
+        help="infinilm-scheduler: also fail when a decode step runs out of pages "
+        "without draft tokens (admission_soundness)",
+    )
+    p.add_argument(
         "--shrink-seconds",
         type=float,
         default=60.0,
@@ -322,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", type=int, default=100_000, help="lockstep calls to make")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-shrink", action="store_true", help="keep the raw failing episode")
+    p.add_argument("--variant", help="infinilm-scheduler reservation: legacy, exact or tight")
+    p.add_argument(
+        "--soundness",
+        action="store_true",
+        help="infinilm-scheduler: fail on decode out-of-pages without draft tokens",
+    )
     p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_fuzz)
@@ -329,15 +423,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="re-run a saved counterexample trace")
     p.add_argument("trace", help="a trace file written by check or fuzz")
     p.add_argument("--target", help="override the trace's target")
+    p.add_argument(
+        "--soundness", action="store_true", help="infinilm-scheduler: re-check admission_soundness"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("bench", help="side-by-side benchmarks: baseline vs impl, as ratios")
-    p.add_argument("suite", help="reclaim or usable")
+    p.add_argument("suite", help="reclaim, usable, schedule, capacity or admission")
     p.add_argument("--quick", action="store_true", help="fewer cases and rounds")
     p.add_argument("--rounds", type=int, help="rounds per case (median; at least 7)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "admission",
+        help="predict how many requests of each next wave the legacy, exact and tight "
+        "reservations admit",
+    )
+    p.add_argument("manifest", help="MANIFEST.json (see examples/admission_manifest.json)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_admission)
     return parser
 
 

@@ -49,6 +49,23 @@ COMPONENTS: dict[str, Component] = {
             "update_blocks_slot",
         ),
     ),
+    "infinilm-scheduler": Component(
+        "infinilm-scheduler",
+        {
+            "impl": "impl.infinilm.scheduler:Scheduler",
+            "spec": "spec.infinilm.scheduler:Scheduler",
+        },
+        (
+            "add_request",
+            "schedule",
+            "can_accept_request",
+            "complete_requests",
+            "commit_computed_tokens",
+            "update_from_output",
+            "update_waiting_for_remote_kv",
+            "get_cache_stats",
+        ),
+    ),
 }
 
 

@@ -1,10 +1,10 @@
 """``kvspec verify``: every stage that exists, on embedded defaults.
 
-Stages (later components and layers add theirs here):
-1. lockstep hypothesis machine, impl vs spec, ``ci`` profile;
-2. seeded differential fuzzer, impl vs spec;
-3. planted bugs: every block-manager mutant must diverge under the fuzzer;
-4. quick side-by-side benches (ratios, reported, never asserted).
+Stages (later components and layers add theirs here), for the block manager and the scheduler:
+lockstep hypothesis machine (impl vs spec, ``ci`` profile); seeded differential fuzzer; planted
+bugs (every mutant must diverge under the fuzzer); the admission-soundness search and the kept
+counterexamples; the admission predictor on the example manifest; quick side-by-side benches
+(ratios, reported, never asserted).
 """
 
 from __future__ import annotations
@@ -73,16 +73,22 @@ def _fuzz(ops: int) -> Callable[[], tuple[str, str]]:
     return body
 
 
-def _mutants(ops: int) -> tuple[str, str]:
-    from stateful_tests.infinilm_block_manager import fuzz
+def _mutants(component: str, ops: int) -> tuple[str, str]:
+    from stateful_tests import infinilm_block_manager, infinilm_scheduler
     from stateful_tests.mutants import CATALOGUE
 
     survivors = []
     killed = 0
     for name, m in CATALOGUE.items():
-        if m.component != COMPONENT:
+        if m.component != component:
             continue
-        if fuzz(m.cls, f"mutant:{name}", ops, seed=0).passed:
+        if component == COMPONENT:
+            result = infinilm_block_manager.fuzz(m.cls, f"mutant:{name}", ops, seed=0)
+        else:
+            result = infinilm_scheduler.fuzz(
+                m.cls, f"mutant:{name}", ops, seed=0, reservation=m.variant
+            )
+        if result.passed:
             survivors.append(name)
         else:
             killed += 1
@@ -91,13 +97,116 @@ def _mutants(ops: int) -> tuple[str, str]:
     return "pass", f"all {killed} planted bugs killed by the fuzzer"
 
 
+def _scheduler_check() -> tuple[str, str]:
+    from hypothesis import settings
+
+    from impl.infinilm.scheduler import Scheduler
+    from spec.infinilm.scheduler import RESERVATIONS
+    from stateful_tests import profiles
+    from stateful_tests.infinilm_scheduler import check
+    from stateful_tests.profiles import shrink_budget
+
+    parts = []
+    for variant in RESERVATIONS:
+        with shrink_budget(30):
+            r = check(
+                Scheduler,
+                "impl",
+                settings(profiles.get("ci"), max_examples=60),
+                reservation=variant,
+            )
+        if not r.passed:
+            return (
+                "fail",
+                f"{variant}: {r.failure.check}: {r.failure.detail}" if r.failure else variant,
+            )
+        parts.append(f"{variant} {r.examples} programs/{r.steps:,} events")
+    return "pass", "; ".join(parts)
+
+
+def _scheduler_fuzz(events: int) -> Callable[[], tuple[str, str]]:
+    def body() -> tuple[str, str]:
+        from impl.infinilm.scheduler import Scheduler
+        from spec.infinilm.scheduler import RESERVATIONS
+        from stateful_tests.infinilm_scheduler import fuzz
+
+        parts = []
+        for variant in RESERVATIONS:
+            r = fuzz(Scheduler, "impl", events, seed=0, reservation=variant)
+            if not r.passed:
+                return (
+                    "fail",
+                    f"{variant}: {r.failure.check}: {r.failure.detail}" if r.failure else variant,
+                )
+            parts.append(f"{variant} {r.steps:,} events ({r.steps / r.seconds:,.0f}/s)")
+        return "pass", "; ".join(parts)
+
+    return body
+
+
+def _soundness(events: int) -> Callable[[], tuple[str, str]]:
+    def body() -> tuple[str, str]:
+        from pathlib import Path
+
+        from spec.infinilm.scheduler import RESERVATIONS
+        from spec.infinilm.scheduler import Scheduler as Spec
+        from stateful_tests.infinilm_scheduler import fuzz, replay
+        from stateful_tests.lockstep import load_trace
+
+        folder = Path(__file__).resolve().parent.parent / "stateful_tests" / "counterexamples"
+        parts = []
+        for variant in RESERVATIONS:
+            r = fuzz(
+                Spec,
+                "spec",
+                events,
+                seed=0,
+                reservation=variant,
+                soundness=True,
+                speculation=False,
+                connector=False,
+            )
+            if not r.passed:
+                return (
+                    "fail",
+                    f"{variant} unsound without a connector: {r.failure.detail}"
+                    if r.failure
+                    else variant,
+                )
+            trace = load_trace(folder / f"admission_soundness_{variant}.json")
+            again = replay(trace, Spec, "spec", soundness=True)
+            if again.passed:
+                return "fail", f"{variant}: the kept PD counterexample no longer fails"
+            parts.append(
+                f"{variant}: sound without PD in {events:,} events, "
+                f"{len(trace['steps'])}-event PD counterexample"
+            )
+        return "pass", "; ".join(parts)
+
+    return body
+
+
+def _admission() -> tuple[str, str]:
+    from pathlib import Path
+
+    from kvspec.admission import load_manifest, predict
+
+    manifest = Path(__file__).resolve().parent.parent / "examples" / "admission_manifest.json"
+    result = predict(load_manifest(manifest))
+    admitted = {v: d["admitted"] for v, d in result.items()}
+    return "pass", "example manifest, wave-2 admitted: " + ", ".join(
+        f"{v} {n}" for v, n in admitted.items()
+    )
+
+
 def _bench(suite: str) -> Callable[[], tuple[str, str]]:
     def body() -> tuple[str, str]:
         from kvspec.bench import run_suite
 
         rows = run_suite(suite, quick=True)
         parts = [
-            f"{'/'.join(str(v) for v in r.case.values())}: {r.ratio:,.1f}×"
+            f"{'/'.join(str(v) for k, v in r.case.items() if isinstance(v, int) and k != 'pr_ratio')}"
+            f": {r.ratio:,.1f}×"
             + ("" if r.goal is None or r.ratio >= r.goal else f" (goal {r.goal:g}×)")
             for r in rows
         ]
@@ -110,9 +219,20 @@ def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage
     plan: list[tuple[str, Callable[[], tuple[str, str]]]] = [
         (f"check {COMPONENT} (impl, ci profile)", _check),
         (f"fuzz {COMPONENT} (impl, seed 0)", _fuzz(50_000 if quick else 300_000)),
-        (f"planted bugs {COMPONENT}", lambda: _mutants(5_000 if quick else 20_000)),
+        (f"planted bugs {COMPONENT}", lambda: _mutants(COMPONENT, 5_000 if quick else 20_000)),
+        ("check infinilm-scheduler (impl, 3 variants)", _scheduler_check),
+        ("fuzz infinilm-scheduler (impl, 3 variants)", _scheduler_fuzz(5_000 if quick else 30_000)),
+        (
+            "planted bugs infinilm-scheduler",
+            lambda: _mutants("infinilm-scheduler", 20_000 if quick else 50_000),
+        ),
+        ("admission soundness (spec)", _soundness(5_000 if quick else 30_000)),
+        ("admission predictor (example manifest)", _admission),
         ("bench reclaim (quick)", _bench("reclaim")),
         ("bench usable (quick)", _bench("usable")),
+        ("bench schedule (quick)", _bench("schedule")),
+        ("bench capacity (quick)", _bench("capacity")),
+        ("bench admission (quick)", _bench("admission")),
     ]
     stages = []
     for i, (name, body) in enumerate(plan, 1):

@@ -16,9 +16,9 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
+from typing import Any, ClassVar, NamedTuple
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -34,10 +34,17 @@ from spec.errors import OutOfBlocksError
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.prefix_cache import chain_hashes
 from spec.infinilm.snapshot import read_block_manager
-from stateful_tests.lockstep import Divergence, Lockstep, Step
+from stateful_tests.lockstep import (
+    Chooser,
+    DataChooser,
+    Divergence,
+    Lockstep,
+    RandomChooser,
+    RunResult,
+    Step,
+)
 
 COMPONENT = "infinilm-block-manager"
-T = TypeVar("T")
 
 # Operations that validate their input before changing anything: when they raise, the snapshot must
 # not change. Reclamation inside allocate/append is not validation: OutOfBlocksError keeps evictions
@@ -79,45 +86,6 @@ class Config:
 
     def to_json(self) -> dict[str, int]:
         return asdict(self)
-
-
-class Chooser(Protocol):
-    def int(self, lo: int, hi: int) -> int: ...
-    def pick(self, items: Sequence[T]) -> T: ...
-    def chance(self, p: float) -> bool: ...
-
-
-class RandomChooser:
-    """Seeded draws for the fuzzer."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-
-    def int(self, lo: int, hi: int) -> int:
-        return self.rng.randint(lo, hi)
-
-    def pick(self, items: Sequence[T]) -> T:
-        return items[self.rng.randrange(len(items))]
-
-    def chance(self, p: float) -> bool:
-        return self.rng.random() < p
-
-
-class DataChooser:
-    """Draws through hypothesis ``st.data()`` so failures shrink."""
-
-    def __init__(self, data: st.DataObject) -> None:
-        self.data = data
-
-    def int(self, lo: int, hi: int) -> int:
-        return self.data.draw(st.integers(lo, hi))
-
-    def pick(self, items: Sequence[T]) -> T:
-        return items[self.data.draw(st.integers(0, len(items) - 1))]
-
-    def chance(self, p: float) -> bool:
-        # index 0 (shrink target) = False: shrinking removes the biased branch first
-        return self.data.draw(st.integers(0, 999)) >= 1000 - int(p * 1000)
 
 
 @dataclass
@@ -688,20 +656,6 @@ def make_machine(target_factory: Callable[[int, int], Any]) -> type[RuleBasedSta
 
 
 # ============================================================================ runners
-@dataclass
-class RunResult:
-    """Outcome of ``check``, ``fuzz`` or ``replay``: the fields of the CLI's JSON documents."""
-
-    target: str
-    passed: bool
-    examples: int = 0
-    steps: int = 0
-    seconds: float = 0.0
-    coverage: dict[str, int] = field(default_factory=dict)
-    failure: Divergence | None = None
-    trace: dict[str, Any] | None = None
-
-
 def _trace(target: str, config: Config, failure: Divergence) -> dict[str, Any]:
     from stateful_tests.lockstep import trace_document
 

@@ -10,12 +10,17 @@ raised changed nothing (``atomic_failure``).
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from hypothesis import strategies as st
 
 from spec.errors import KvspecError, exception_kind
+
+T = TypeVar("T")
 
 TRACE_FORMAT = "kvspec-trace/1"
 
@@ -26,6 +31,8 @@ def encode(value: Any) -> Any:
         return {"bytes": value.hex()}
     if isinstance(value, list | tuple) or type(value).__name__ == "deque":
         return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, set | frozenset):
         return sorted(encode(v) for v in value)
     if value is None or isinstance(value, bool | int | float | str):
@@ -184,6 +191,61 @@ class Lockstep:
             if problem:
                 raise self.fail(name, problem)
         return spec_out
+
+
+# ----------------------------------------------------------------------------- draws
+class Chooser(Protocol):
+    def int(self, lo: int, hi: int) -> int: ...
+    def pick(self, items: Sequence[T]) -> T: ...
+    def chance(self, p: float) -> bool: ...
+
+
+class RandomChooser:
+    """Seeded draws for the fuzzer."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    def pick(self, items: Sequence[T]) -> T:
+        return items[self.rng.randrange(len(items))]
+
+    def chance(self, p: float) -> bool:
+        return self.rng.random() < p
+
+
+class DataChooser:
+    """Draws through hypothesis ``st.data()`` so failures shrink."""
+
+    def __init__(self, data: st.DataObject) -> None:
+        self.data = data
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.data.draw(st.integers(lo, hi))
+
+    def pick(self, items: Sequence[T]) -> T:
+        return items[self.data.draw(st.integers(0, len(items) - 1))]
+
+    def chance(self, p: float) -> bool:
+        # index 0 (shrink target) = False: shrinking removes the biased branch first
+        # a small range draws close to uniformly (a wide one is skewed towards small values)
+        return self.data.draw(st.integers(0, 19)) >= 20 - round(p * 20)
+
+
+@dataclass
+class RunResult:
+    """Outcome of ``check``, ``fuzz`` or ``replay``: the fields of the CLI's JSON documents."""
+
+    target: str
+    passed: bool
+    examples: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    coverage: dict[str, int] = field(default_factory=dict)
+    failure: Divergence | None = None
+    trace: dict[str, Any] | None = None
 
 
 # ----------------------------------------------------------------------------- traces

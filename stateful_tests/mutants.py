@@ -12,6 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from impl.infinilm.block_manager import BlockManager
+from impl.infinilm.scheduler import Scheduler
+from spec.infinilm.block_manager import ceil_div
+from spec.infinilm.request import InferenceRequest
+from spec.infinilm.scheduler import (
+    RequestQueue,
+    SchedulerOutput,
+    exact_blocks,
+    legacy_running_blocks,
+    remote_reservation,
+)
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,8 @@ class Mutant:
     origin: str
     cls: type
     expected_check: str  # the check that should name the failure (documentation, not enforced)
+    variant: str | None = None  # the reservation variant a scheduler mutant lives in
+    connector: bool | None = None  # a scheduler mutant on the PD path needs a connector
 
 
 class CounterNotDecrementedInTruncate(BlockManager):
@@ -170,7 +182,167 @@ class TruncateNotValidatedFirst(BlockManager):
         return list(block_table[:keep_blocks])
 
 
+# ============================================================================ scheduler mutants
+class RunningReservationReusedAcrossSteps(Scheduler):
+    """PR #579 hazard: the per-step running reservation must be recomputed on the next step; a
+    value cached on the scheduler goes stale as requests generate and finish."""
+
+    _cached: int | None = None
+
+    def _running_required_blocks(self) -> int:
+        if self._cached is None:
+            self._cached = super()._running_required_blocks()
+        return self._cached
+
+
+class CounterNotDecrementedOnDequeue(Scheduler):
+    """Exact-reservation PR hazard: the decode loop must take a dequeued request's reservation
+    out of ``num_reserved_decode_blocks`` (before its is_finished check)."""
+
+    def _unreserve(self, req: InferenceRequest) -> None:
+        return None
+
+
+class LegacyFormulaInExactMode(Scheduler):
+    """The exact PR's counter fed with the legacy ``ceil((M - g) / B)`` formula."""
+
+    def _reserve(self, req: InferenceRequest) -> None:
+        self._num_reserved += legacy_running_blocks(req, self.block_size)
+
+    def _unreserve(self, req: InferenceRequest) -> None:
+        self._num_reserved -= legacy_running_blocks(req, self.block_size)
+
+
+class TightCounterUsesExactFormula(Scheduler):
+    """kvspec's tight variant computed with the exact PR's P+M (one page too many at boundaries)."""
+
+    def _reserve(self, req: InferenceRequest) -> None:
+        self._num_reserved += exact_blocks(req, self.block_size)
+
+    def _unreserve(self, req: InferenceRequest) -> None:
+        self._num_reserved -= exact_blocks(req, self.block_size)
+
+
+class PendingRemoteNotReleasedOnFailure(Scheduler):
+    """A failed remote receive must release its pending decode reservation (reference §5.6);
+    forgetting it leaks ``pending_kv_decode_blocks`` and starves admission."""
+
+    def update_waiting_for_remote_kv(self, req: InferenceRequest) -> None:
+        failed = req.request_id in self.failed_receiving_kv_req_ids
+        super().update_waiting_for_remote_kv(req)
+        if failed:
+            self.pending_kv_decode_blocks += remote_reservation(
+                self.reservation, req, self.block_size
+            )
+
+
+class CandidatePinnedPagesCountedAsUsable(Scheduler):
+    """Admission must read the usable count after the candidate's prefix pages are pinned
+    (reference §5.4); counting the pinned pages as still usable over-admits."""
+
+    def can_accept_request(
+        self,
+        req: InferenceRequest,
+        num_local_computed_tokens: int,
+        current_prefill_extra_blocks: int = 0,
+        *,
+        running_required_blocks: int | None = None,
+    ) -> bool:
+        if num_local_computed_tokens == 0:
+            return super().can_accept_request(
+                req,
+                0,
+                current_prefill_extra_blocks,
+                running_required_blocks=running_required_blocks,
+            )
+        running = (
+            self.num_reserved_decode_blocks
+            if running_required_blocks is None or self._incremental
+            else running_required_blocks
+        )
+        own = ceil_div(
+            req.prompt_length - num_local_computed_tokens + req.sampling_params.max_tokens,
+            self.block_size,
+        )
+        usable = (
+            self.cache_manager.get_total_usable_blocks()
+            + num_local_computed_tokens // self.block_size
+        )
+        need = running + own + self.pending_kv_decode_blocks + current_prefill_extra_blocks
+        return need <= usable
+
+
+class _FrontRequeueQueue(RequestQueue):
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_popped: InferenceRequest | None = None
+
+    def get_nowait(self) -> InferenceRequest | None:
+        self.last_popped = super().get_nowait()
+        return self.last_popped
+
+    def put(self, item: InferenceRequest) -> None:
+        if item is self.last_popped:
+            self._items.appendleft(item)
+            self.last_popped = None
+        else:
+            super().put(item)
+
+
+class DeferredHeadRequeuedAtFront(Scheduler):
+    """A FIFO-preserving "fix" of quirk §9.5: the deferred head goes back to the *front*."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.waiting_queue = _FrontRequeueQueue()
+
+
+class DecodeMixedIntoPrefillStep(Scheduler):
+    """Quirk §9.6 lost: a running request is decoded in the same step as a prefill."""
+
+    def schedule(self) -> SchedulerOutput | None:
+        out = super().schedule()
+        if out is not None and out.is_prefill and len(out.scheduled_requests) < self.max_batch_size:
+            req = self.running_queue.get_nowait()
+            if req is not None:
+                if self._incremental:
+                    self._unreserve(req)
+                if req.is_finished():
+                    self.complete_requests([req])
+                else:
+                    req.block_table, slot = self.cache_manager.append_slot(
+                        req.block_table, req.get_total_length()
+                    )
+                    req.slot_mapping = [slot]
+                    out.scheduled_requests.append(req)
+        return out
+
+
+class PromotionContinuesPastFullBatch(Scheduler):
+    """Quirk §9.9 lost: remote promotion ``continue``s past a full batch instead of ``break``."""
+
+    def _promote_remote(self, batch: list[InferenceRequest]) -> None:
+        from spec.infinilm.request import RequestStatus
+
+        for request_id in list(self.remote_kv_requests):
+            req = self.remote_kv_requests[request_id]
+            if req.is_finished():
+                self.complete_requests((req,))
+            elif request_id in self.failed_receiving_kv_req_ids:
+                self.update_waiting_for_remote_kv(req)
+                req.status = RequestStatus.WAITING
+                self.waiting_queue.put(req)
+            elif (
+                request_id in self.finished_receiving_kv_req_ids
+                and len(batch) < self.max_batch_size
+            ):
+                self.update_waiting_for_remote_kv(req)
+                req.status = RequestStatus.RUNNING
+                batch.append(req)
+
+
 BM = "infinilm-block-manager"
+SCHED = "infinilm-scheduler"
 CATALOGUE: dict[str, Mutant] = {
     m.name: m
     for m in (
@@ -257,6 +429,80 @@ CATALOGUE: dict[str, Mutant] = {
             "InfiniLM reference §3.5 (validate all first)",
             TruncateNotValidatedFirst,
             "atomic_failure",
+        ),
+        Mutant(
+            "running_reservation_reused_across_steps",
+            SCHED,
+            "InfiniLM PR #579 (per-step value recomputed next step)",
+            RunningReservationReusedAcrossSteps,
+            "snapshot",
+            "legacy",
+        ),
+        Mutant(
+            "counter_not_decremented_on_dequeue",
+            SCHED,
+            "exact-reservation PR (decrement at decode dequeue)",
+            CounterNotDecrementedOnDequeue,
+            "reservation_counter_matches_scan",
+            "exact",
+        ),
+        Mutant(
+            "legacy_formula_in_exact_mode",
+            SCHED,
+            "exact-reservation PR (R_exact formula)",
+            LegacyFormulaInExactMode,
+            "reservation_counter_matches_scan",
+            "exact",
+        ),
+        Mutant(
+            "tight_counter_uses_exact_formula",
+            SCHED,
+            "kvspec tight variant (reference §7.1)",
+            TightCounterUsesExactFormula,
+            "reservation_counter_matches_scan",
+            "tight",
+        ),
+        Mutant(
+            "pending_remote_not_released_on_failure",
+            SCHED,
+            "InfiniLM reference §5.6 (update_waiting_for_remote_kv)",
+            PendingRemoteNotReleasedOnFailure,
+            "pending_counter_matches_scan",
+            None,
+            True,
+        ),
+        Mutant(
+            "candidate_pinned_pages_counted_as_usable",
+            SCHED,
+            "InfiniLM reference §5.4 (usable read after pinning)",
+            CandidatePinnedPagesCountedAsUsable,
+            "return_value",
+            None,
+        ),
+        Mutant(
+            "deferred_head_requeued_at_front",
+            SCHED,
+            "InfiniLM reference §9.5 (head to tail)",
+            DeferredHeadRequeuedAtFront,
+            "snapshot",
+            None,
+        ),
+        Mutant(
+            "decode_mixed_into_prefill_step",
+            SCHED,
+            "InfiniLM reference §9.6 (prefill priority)",
+            DecodeMixedIntoPrefillStep,
+            "return_value",
+            None,
+        ),
+        Mutant(
+            "promotion_continues_past_full_batch",
+            SCHED,
+            "InfiniLM reference §9.9 (promotion break)",
+            PromotionContinuesPastFullBatch,
+            "snapshot",
+            None,
+            True,
         ),
     )
 }

@@ -108,6 +108,14 @@ class Scheduler(SpecScheduler):
         )
         return need <= self.cache_manager.get_total_usable_blocks()
 
+    def _reserve(self, req: InferenceRequest) -> None:
+        """A request joins the running queue: its decode reservation joins the counter."""
+        self._num_reserved += running_reservation(self.reservation, req, self.block_size)
+
+    def _unreserve(self, req: InferenceRequest) -> None:
+        """A request leaves the running queue (decode dequeue): its reservation leaves."""
+        self._num_reserved -= running_reservation(self.reservation, req, self.block_size)
+
     def complete_requests(self, requests: Iterable[InferenceRequest]) -> None:
         for req in requests:
             if req.is_finished():
@@ -115,9 +123,7 @@ class Scheduler(SpecScheduler):
             else:
                 self.running_queue.put(req)
                 if self._incremental:
-                    self._num_reserved += running_reservation(
-                        self.reservation, req, self.block_size
-                    )
+                    self._reserve(req)
 
     def schedule(self) -> SchedulerOutput | None:
         bm, size, variant = self.cache_manager, self.block_size, self.reservation
@@ -210,7 +216,7 @@ class Scheduler(SpecScheduler):
             if req is None:
                 break
             if self._incremental:  # before the is_finished check, as the exact PR does
-                self._num_reserved -= running_reservation(variant, req, size)
+                self._unreserve(req)
             if req.is_finished():
                 self.complete_requests((req,))
                 continue

@@ -494,7 +494,7 @@ class Scheduler:
 
     # ----------------------------------------------------------------- stats
     def get_cache_stats(self) -> dict[str, int]:
-        """Pool statistics (reference §5.8, plus the exact PR's reservation figure)."""
+        """Pool statistics (reference §5.8); exact and tight add ``num_reserved_decode_blocks``."""
         bm = self.cache_manager
         stats = {
             "num_blocks": bm.num_blocks,
@@ -502,9 +502,9 @@ class Scheduler:
             "num_free_blocks": bm.get_num_free_blocks(),
             "usable_blocks": bm.get_total_usable_blocks(),
             "num_used_blocks": len(bm.used_block_ids),
-            "num_reserved_decode_blocks": self.num_reserved_decode_blocks,
-            "pending_kv_decode_blocks": self.pending_kv_decode_blocks,
         }
+        if self.reservation != "legacy":  # the exact PR's key (tight reports it too)
+            stats["num_reserved_decode_blocks"] = self.num_reserved_decode_blocks
         mamba = self.mamba_cache_manager
         if mamba is not None:
             stats["mamba_num_blocks"] = mamba.num_blocks - 1
