@@ -224,7 +224,7 @@ def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage
         ("fuzz infinilm-scheduler (impl, 3 variants)", _scheduler_fuzz(5_000 if quick else 30_000)),
         (
             "planted bugs infinilm-scheduler",
-            lambda: _mutants("infinilm-scheduler", 20_000 if quick else 50_000),
+            lambda: _mutants("infinilm-scheduler", 60_000 if quick else 100_000),
         ),
         ("admission soundness (spec)", _soundness(5_000 if quick else 30_000)),
         ("admission predictor (example manifest)", _admission),
