@@ -167,8 +167,13 @@ class BlockManager:
         num_computed_tokens: int = 0,
         cached_block_table: Sequence[int] | None = None,
     ) -> tuple[list[int], list[int]] | None:
-        check_count("num_new_tokens", num_new_tokens)
-        check_count("num_computed_tokens", num_computed_tokens)
+        if (
+            type(num_new_tokens) is not int
+            or type(num_computed_tokens) is not int
+            or min(num_new_tokens, num_computed_tokens) < 0
+        ):  # the common case skips two helper calls
+            check_count("num_new_tokens", num_new_tokens)
+            check_count("num_computed_tokens", num_computed_tokens)
         size = self.block_size
         table = list(cached_block_table or [])
         if num_computed_tokens < len(table) * size:

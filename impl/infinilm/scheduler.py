@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from impl.infinilm.block_manager import BlockManager
 from spec.infinilm.block_manager import ceil_div
-from spec.infinilm.request import InferenceRequest, RequestStatus
+from spec.infinilm.request import TERMINAL, InferenceRequest, RequestStatus
 from spec.infinilm.scheduler import (
     RESERVATIONS,
     KVConnector,
@@ -26,7 +26,6 @@ from spec.infinilm.scheduler import (
     RequestQueue,
     SchedulerOutput,
     SpeculativeCacheOps,
-    prefill_extra_blocks,
     remote_reservation,
     running_reservation,
 )
@@ -74,6 +73,16 @@ class Scheduler(SpecScheduler):
         )
         self._incremental = reservation != "legacy"
         self._num_reserved = 0  # Σ R(r) over the running queue (exact / tight only)
+
+    def _running_required_blocks(self) -> int:
+        # The scan itself, inlined (no per-request helper calls): it runs once per step on legacy.
+        size = self.block_size
+        if self._incremental:
+            return sum(running_reservation(self.reservation, r, size) for r in self.running_queue)
+        return sum(
+            (r.sampling_params.max_tokens - r.get_num_generated_tokens() + size - 1) // size
+            for r in self.running_queue._items
+        )
 
     @property
     def num_reserved_decode_blocks(self) -> int:
@@ -133,11 +142,14 @@ class Scheduler(SpecScheduler):
         batch: list[InferenceRequest] = []
         tokens = extra = 0
         running_required: int | None = None  # PR #579: computed lazily, at most once per step
-        while len(batch) < self.max_batch_size and tokens < self.max_num_batched_tokens:
+        connector, budget = self.connector, self.max_num_batched_tokens
+        lookup = self.enable_prefix_caching and not self.has_mamba_cache
+        max_batch = self.max_batch_size
+        while len(batch) < max_batch and tokens < budget:
             req = waiting.get_nowait()
             if req is None:
                 break
-            if req.is_finished():
+            if req.status in TERMINAL:
                 self.complete_requests((req,))
                 continue
             prompt = req.prompt_length
@@ -145,15 +157,13 @@ class Scheduler(SpecScheduler):
                 cached: list[int] = []
                 local = external = 0
                 is_async = False
-                if not self.has_mamba_cache:
-                    if self.enable_prefix_caching:
-                        cached, local = bm.get_computed_blocks(req.block_hashes, prompt - 1)
-                    if self.connector is not None:
-                        external, is_async = self.connector.get_num_new_matched_tokens(req, local)
+                if lookup:
+                    cached, local = bm.get_computed_blocks(req.block_hashes, prompt - 1)
+                if connector is not None and not self.has_mamba_cache:
+                    external, is_async = connector.get_num_new_matched_tokens(req, local)
                 computed = min(local + external, max(prompt - 1, 0))
-                rejected = not is_async and self._exceeds_token_budget(
-                    tokens, prompt - computed, len(batch)
-                )
+                # _exceeds_token_budget, inlined
+                rejected = not is_async and bool(batch) and tokens + prompt - computed > budget
                 if not rejected:
                     if (
                         not self._incremental
@@ -187,8 +197,8 @@ class Scheduler(SpecScheduler):
                 req.num_local_cached_tokens = local if is_async else computed
                 req.num_cache_indexed_blocks = len(cached)
                 req.num_computed_tokens = computed
-                if self.connector is not None:
-                    self.connector.update_state_after_alloc(req, table, external, size)
+                if connector is not None:
+                    connector.update_state_after_alloc(req, table, external, size)
             else:
                 is_async = False
                 if self._exceeds_token_budget(
@@ -202,7 +212,11 @@ class Scheduler(SpecScheduler):
                 self.remote_kv_requests[req.request_id] = req
                 self.pending_kv_decode_blocks += remote_reservation(variant, req, size)
                 continue
-            extra += prefill_extra_blocks(req, size)
+            # prefill_extra_blocks(req, size), inlined
+            extra += max(
+                (prompt + req.sampling_params.max_tokens + size - 1) // size - len(req.block_table),
+                0,
+            )
             batch.append(req)
             tokens += prompt - req.num_local_cached_tokens
             req.status = RequestStatus.RUNNING

@@ -217,10 +217,19 @@ class Scheduler:
 
     # ----------------------------------------------------------------- reservations
     def _running_required_blocks(self) -> int:
-        """Σ over the running queue of the variant's running reservation (a full scan)."""
-        return sum(
-            running_reservation(self.reservation, r, self.block_size) for r in self.running_queue
-        )
+        """Σ over the running queue of the variant's running reservation.
+
+        Legacy's scan (reference §5.4): dequeue and re-enqueue every running request once, so the
+        queue order is unchanged (reference §8.2 invariant 12) at O(R) queue operations per call.
+        """
+        queue = self.running_queue.sync_q
+        total = 0
+        for _ in range(queue.qsize()):
+            req = queue.get_nowait()
+            assert req is not None
+            total += running_reservation(self.reservation, req, self.block_size)
+            queue.put(req)
+        return total
 
     @property
     def num_reserved_decode_blocks(self) -> int:
