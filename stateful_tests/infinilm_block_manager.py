@@ -39,9 +39,10 @@ from stateful_tests.lockstep import (
     DataChooser,
     Divergence,
     Lockstep,
-    RandomChooser,
     RunResult,
     Step,
+    fuzz_episodes,
+    shrink_steps,
 )
 
 COMPONENT = "infinilm-block-manager"
@@ -697,48 +698,31 @@ def fuzz(
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Seeded differential fuzzing: episodes on fresh pools of varied shape until ``ops`` calls."""
-    rng = random.Random(seed)
-    chooser = RandomChooser(rng)
-    coverage: Counter[str] = Counter()
-    done = episodes = 0
-    started = time.perf_counter()
-    while done < ops:
+
+    def new_driver(c: Chooser) -> Driver:
         config = Config(
-            num_blocks=rng.choice((1, 2, 3, 4, 5, 6, 8, 12, 16)),
-            block_size=rng.choice((1, 2, 3, 4, 8)),
-            vocab=rng.choice((2, 2, 3)),
-            max_prompt_pages=rng.choice((2, 4, 6)),
+            num_blocks=c.pick((1, 2, 3, 4, 5, 6, 8, 12, 16)),
+            block_size=c.pick((1, 2, 3, 4, 8)),
+            vocab=c.pick((2, 2, 3)),
+            max_prompt_pages=c.pick((2, 4, 6)),
         )
-        d = Driver(target_factory, config)
-        episodes += 1
-        try:
-            while len(d.steps) < episode_ops and done + len(d.steps) < ops:
-                names, weights = [], []
-                facts = Facts.of(d)
-                for n, w, ok in OPERATIONS:
-                    if ok(facts):
-                        names.append(n)
-                        weights.append(w)
-                name = rng.choices(names, weights)[0]
-                getattr(d, name)(chooser)
-                coverage[f"rule:{name}"] += 1
-        except Divergence as exc:
-            coverage.update(d.coverage)
-            return RunResult(
-                target,
-                False,
-                episodes,
-                done + len(d.steps),
-                time.perf_counter() - started,
-                dict(coverage),
-                exc,
-                _trace(target, config, exc),
-            )
-        done += len(d.steps)
-        coverage.update(d.coverage)
-        if progress is not None:
-            progress(done)
-    return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
+        return Driver(target_factory, config)
+
+    def enabled(d: Driver) -> tuple[list[str], list[int]]:
+        facts = Facts.of(d)
+        chosen = [(n, w) for n, w, ok in OPERATIONS if ok(facts)]
+        return [n for n, _ in chosen], [w for _, w in chosen]
+
+    return fuzz_episodes(
+        target,
+        ops,
+        random.Random(seed),
+        new_driver=new_driver,
+        enabled=enabled,
+        trace=lambda d, exc: _trace(target, d.config, exc),
+        episode_ops=episode_ops,
+        progress=progress,
+    )
 
 
 def replay(
@@ -804,9 +788,7 @@ def shrink_trace(
     cleanly with the spec as its own target, so a shrunk trace never blames the spec's misuse.
     Returns the shortest failing trace found within ``budget_seconds`` (or ``document``).
     """
-    failure = document.get("failure") or {}
-    check_name = failure.get("check")
-    deadline = time.perf_counter() + budget_seconds
+    check_name = (document.get("failure") or {}).get("check")
 
     def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
         candidate = {
@@ -820,18 +802,4 @@ def shrink_trace(
             return None
         return result.trace
 
-    best = attempt(document["steps"])
-    if best is None:
-        return document
-    chunk = max(1, len(best["steps"]) // 2)
-    while chunk >= 1 and time.perf_counter() < deadline:
-        i, progressed = 0, False
-        while i < len(best["steps"]) and time.perf_counter() < deadline:
-            smaller = attempt(best["steps"][:i] + best["steps"][i + chunk :])
-            if smaller is not None:
-                best, progressed = smaller, True
-            else:
-                i += chunk
-        if not progressed:
-            chunk //= 2
-    return best
+    return shrink_steps(document, attempt, time.perf_counter() + budget_seconds)

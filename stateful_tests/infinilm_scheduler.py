@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -47,8 +47,9 @@ from stateful_tests.lockstep import (
     DataChooser,
     Divergence,
     Lockstep,
-    RandomChooser,
     RunResult,
+    fuzz_episodes,
+    shrink_steps,
     trace_document,
 )
 
@@ -513,49 +514,30 @@ def fuzz(
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Seeded engine-loop fuzzing over varied configurations until ``ops`` events."""
-    rng = random.Random(seed)
-    chooser = RandomChooser(rng)
-    coverage: Counter[str] = Counter()
-    done = episodes = 0
-    started = time.perf_counter()
-    while done < ops:
-        config = draw_config(chooser, reservation)
-        overrides = {
-            k: v
-            for k, v in (("speculation", speculation), ("connector", connector))
-            if v is not None
-        }
+    overrides = {
+        k: v for k, v in (("speculation", speculation), ("connector", connector)) if v is not None
+    }
+
+    def new_driver(c: Chooser) -> Driver:
+        config = draw_config(c, reservation)
         if overrides:
             config = Config(**{**config.to_json(), **overrides})
-        d = Driver(target_cls, config, soundness=soundness)
-        episodes += 1
-        try:
-            while len(d.steps) < episode_ops and done + len(d.steps) < ops:
-                names, weights = [], []
-                for n, w, ok in OPERATIONS:
-                    if ok(d):
-                        names.append(n)
-                        weights.append(w)
-                name = rng.choices(names, weights)[0]
-                getattr(d, name)(chooser)
-                coverage[f"rule:{name}"] += 1
-        except Divergence as exc:
-            coverage.update(d.coverage)
-            return RunResult(
-                target,
-                False,
-                episodes,
-                done + len(d.steps),
-                time.perf_counter() - started,
-                dict(coverage),
-                exc,
-                _trace(target, config, exc),
-            )
-        done += len(d.steps)
-        coverage.update(d.coverage)
-        if progress is not None:
-            progress(done)
-    return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
+        return Driver(target_cls, config, soundness=soundness)
+
+    def enabled(d: Driver) -> tuple[list[str], list[int]]:
+        chosen = [(n, w) for n, w, ok in OPERATIONS if ok(d)]
+        return [n for n, _ in chosen], [w for _, w in chosen]
+
+    return fuzz_episodes(
+        target,
+        ops,
+        random.Random(seed),
+        new_driver=new_driver,
+        enabled=enabled,
+        trace=lambda d, exc: _trace(target, d.config, exc),
+        episode_ops=episode_ops,
+        progress=progress,
+    )
 
 
 def make_machine(
@@ -690,7 +672,7 @@ def shrink_trace(
     deadline = time.perf_counter() + budget_seconds
     spec_property = check_name == "admission_soundness"
 
-    def attempt(steps: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
         candidate = {**document, "steps": list(steps)}
         result = replay(candidate, target_cls, target, soundness=soundness)
         if result.passed or result.failure is None or result.failure.check != check_name:
@@ -699,20 +681,9 @@ def shrink_trace(
             return None
         return result.trace
 
-    best = attempt(document["steps"])
-    if best is None:
+    best = shrink_steps(document, attempt, deadline)
+    if best is document:  # the trace does not reproduce: nothing to simplify
         return document
-    chunk = max(1, len(best["steps"]) // 2)
-    while chunk >= 1 and time.perf_counter() < deadline:
-        i, progressed = 0, False
-        while i < len(best["steps"]) and time.perf_counter() < deadline:
-            smaller = attempt(best["steps"][:i] + best["steps"][i + chunk :])
-            if smaller is not None:
-                best, progressed = smaller, True
-            else:
-                i += chunk
-        if not progressed:
-            chunk //= 2
     # then simplify step plans: drop rows one by one (a dropped row means "token 0, no EOS")
     for index, step in enumerate(best["steps"]):
         if step["method"] != "step" or time.perf_counter() >= deadline:

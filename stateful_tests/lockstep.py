@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import random
+import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -299,3 +301,77 @@ def load_trace(path: Path) -> dict[str, Any]:
     ):
         raise ValueError(f"{path}: every step needs a method and a list of args")
     return document
+
+
+# ----------------------------------------------------------------------------- shared runners
+def fuzz_episodes(
+    target: str,
+    ops: int,
+    rng: random.Random,
+    *,
+    new_driver: Callable[[Chooser], Any],
+    enabled: Callable[[Any], tuple[list[str], list[int]]],
+    trace: Callable[[Any, Divergence], dict[str, Any]],
+    episode_ops: int,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls.
+
+    ``new_driver(chooser)`` draws a configuration and returns a driver with ``steps`` and
+    ``coverage``; ``enabled(driver)`` gives the operation names and weights usable now; the driver
+    has one method per operation name, taking the chooser.
+    """
+    chooser = RandomChooser(rng)
+    coverage: Counter[str] = Counter()
+    done = episodes = 0
+    started = time.perf_counter()
+    while done < ops:
+        d = new_driver(chooser)
+        episodes += 1
+        try:
+            while len(d.steps) < episode_ops and done + len(d.steps) < ops:
+                names, weights = enabled(d)
+                name = rng.choices(names, weights)[0]
+                getattr(d, name)(chooser)
+                coverage[f"rule:{name}"] += 1
+        except Divergence as exc:
+            coverage.update(d.coverage)
+            return RunResult(
+                target,
+                False,
+                episodes,
+                done + len(d.steps),
+                time.perf_counter() - started,
+                dict(coverage),
+                exc,
+                trace(d, exc),
+            )
+        done += len(d.steps)
+        coverage.update(d.coverage)
+        if progress is not None:
+            progress(done)
+    return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
+
+
+def shrink_steps(
+    document: dict[str, Any],
+    attempt: Callable[[list[dict[str, Any]]], dict[str, Any] | None],
+    deadline: float,
+) -> dict[str, Any]:
+    """Delta debugging over a trace's steps: delete chunks (halving their size) while
+    ``attempt(steps)`` still returns a failing trace; the smallest one found by ``deadline``."""
+    best = attempt(document["steps"])
+    if best is None:
+        return document
+    chunk = max(1, len(best["steps"]) // 2)
+    while chunk >= 1 and time.perf_counter() < deadline:
+        i, progressed = 0, False
+        while i < len(best["steps"]) and time.perf_counter() < deadline:
+            smaller = attempt(best["steps"][:i] + best["steps"][i + chunk :])
+            if smaller is not None:
+                best, progressed = smaller, True
+            else:
+                i += chunk
+        if not progressed:
+            chunk //= 2
+    return best
