@@ -42,6 +42,7 @@ from stateful_tests.lockstep import (
     RunResult,
     Step,
     fuzz_episodes,
+    run_machine,
     shrink_steps,
 )
 
@@ -665,27 +666,9 @@ def _trace(target: str, config: Config, failure: Divergence) -> dict[str, Any]:
 
 def check(target_factory: Callable[[int, int], Any], target: str, settings: Any) -> RunResult:
     """Run the hypothesis lockstep machine under ``settings``; the shrunk trace on failure."""
-    from hypothesis.stateful import run_state_machine_as_test
-
-    machine = make_machine(target_factory)
-    started = time.perf_counter()
-    try:
-        run_state_machine_as_test(machine, settings=settings)
-        failure = None
-    except Divergence as exc:
-        failure = exc
-    result = RunResult(
-        target,
-        failure is None,
-        examples=machine.drivers_started,  # type: ignore[attr-defined]
-        steps=machine.steps_run,  # type: ignore[attr-defined]
-        seconds=time.perf_counter() - started,
-        coverage=dict(machine.coverage),  # type: ignore[attr-defined]
-        failure=failure,
+    return run_machine(
+        make_machine(target_factory), settings, target, lambda d, exc: _trace(target, d.config, exc)
     )
-    if failure is not None and machine.last_driver is not None:  # type: ignore[attr-defined]
-        result.trace = _trace(target, machine.last_driver.config, failure)  # type: ignore[attr-defined]
-    return result
 
 
 def fuzz(

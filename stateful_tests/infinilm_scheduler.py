@@ -49,6 +49,7 @@ from stateful_tests.lockstep import (
     Lockstep,
     RunResult,
     fuzz_episodes,
+    run_machine,
     shrink_steps,
     trace_document,
 )
@@ -607,27 +608,13 @@ def check(
     soundness: bool = False,
     connector: bool | None = None,
 ) -> RunResult:
-    from hypothesis.stateful import run_state_machine_as_test
-
-    machine: Any = make_machine(target_cls, reservation, soundness, connector)
-    started = time.perf_counter()
-    try:
-        run_state_machine_as_test(machine, settings=settings)
-        failure = None
-    except Divergence as exc:
-        failure = exc
-    result = RunResult(
+    """Run the engine-loop lockstep machine under ``settings``."""
+    return run_machine(
+        make_machine(target_cls, reservation, soundness, connector),
+        settings,
         target,
-        failure is None,
-        machine.drivers_started,
-        machine.steps_run,
-        time.perf_counter() - started,
-        dict(machine.coverage),
-        failure,
+        lambda d, exc: _trace(target, d.config, exc),
     )
-    if failure is not None and machine.last_driver is not None:
-        result.trace = _trace(target, machine.last_driver.config, failure)
-    return result
 
 
 def replay(

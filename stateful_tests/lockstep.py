@@ -375,3 +375,36 @@ def shrink_steps(
         if not progressed:
             chunk //= 2
     return best
+
+
+def run_machine(
+    machine: Any,
+    settings: Any,
+    target: str,
+    trace: Callable[[Any, Divergence], dict[str, Any]],
+) -> RunResult:
+    """Run a lockstep ``RuleBasedStateMachine`` class under ``settings``.
+
+    The class keeps ``drivers_started``, ``steps_run``, ``coverage`` and ``last_driver`` (after a
+    failure hypothesis re-runs the shrunk program last, so that driver holds the counterexample).
+    """
+    from hypothesis.stateful import run_state_machine_as_test
+
+    started = time.perf_counter()
+    try:
+        run_state_machine_as_test(machine, settings=settings)
+        failure = None
+    except Divergence as exc:
+        failure = exc
+    result = RunResult(
+        target,
+        failure is None,
+        machine.drivers_started,
+        machine.steps_run,
+        time.perf_counter() - started,
+        dict(machine.coverage),
+        failure,
+    )
+    if failure is not None and machine.last_driver is not None:
+        result.trace = trace(machine.last_driver, failure)
+    return result
