@@ -45,6 +45,14 @@ class DoubleFreeError(KvspecError, AssertionError):
     """A page is released while its reference count is already 0 (upstream: an ``assert``)."""
 
 
+class OffloadStateError(KvspecError, AssertionError):
+    """An offload key is absent, or its block is not in the state the operation needs.
+
+    vLLM's offload manager asserts (``assert block is not None``, ``assert block.is_ready``,
+    ``assert block.ref_cnt > 0``), so the kind is ``AssertionError``.
+    """
+
+
 # Builtin kinds, most specific first; a model's exception is compared with a target's by kind.
 _KINDS: tuple[type[BaseException], ...] = (
     KeyError,
