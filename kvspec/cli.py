@@ -158,6 +158,16 @@ def print_coverage(coverage: dict[str, int]) -> None:
     OUT.print(table)
 
 
+def print_details(
+    args: argparse.Namespace, coverage: dict[str, int], cx: dict[str, Any] | None
+) -> None:
+    """What check and fuzz print before their verdict: coverage if asked, the counterexample."""
+    if args.coverage:
+        print_coverage(coverage)
+    if cx:
+        print_counterexample(cx)
+
+
 def emit(document: dict[str, Any], as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")
@@ -193,10 +203,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     }
     emit(document, args.json)
     if not args.json:
-        if args.coverage:
-            print_coverage(result.coverage)
-        if cx:
-            print_counterexample(cx)
+        print_details(args, result.coverage, cx)
         verdict = "[green]passed[/]" if result.passed else "[red]FAILED[/]"
         OUT.print(
             f"{component} vs {label}: {verdict} — {result.examples:,} programs, "
@@ -229,10 +236,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     }
     emit(document, args.json)
     if not args.json:
-        if args.coverage:
-            print_coverage(result.coverage)
-        if cx:
-            print_counterexample(cx)
+        print_details(args, result.coverage, cx)
         OUT.print(
             f"fuzz {component} vs {label}: {result.steps:,} ops in {result.seconds:.1f}s "
             f"({document['ops_per_second'] or 0:,} ops/s), seed {args.seed}: "

@@ -691,17 +691,13 @@ def fuzz(
         )
         return Driver(target_factory, config)
 
-    def enabled(d: Driver) -> tuple[list[str], list[int]]:
-        facts = Facts.of(d)
-        chosen = [(n, w) for n, w, ok in OPERATIONS if ok(facts)]
-        return [n for n, _ in chosen], [w for _, w in chosen]
-
     return fuzz_episodes(
         target,
         ops,
         random.Random(seed),
         new_driver=new_driver,
-        enabled=enabled,
+        operations=OPERATIONS,
+        facts=Facts.of,
         trace=lambda d, exc: _trace(target, d.config, exc),
         episode_ops=episode_ops,
         progress=progress,

@@ -525,16 +525,12 @@ def fuzz(
             config = Config(**{**config.to_json(), **overrides})
         return Driver(target_cls, config, soundness=soundness)
 
-    def enabled(d: Driver) -> tuple[list[str], list[int]]:
-        chosen = [(n, w) for n, w, ok in OPERATIONS if ok(d)]
-        return [n for n, _ in chosen], [w for _, w in chosen]
-
     return fuzz_episodes(
         target,
         ops,
         random.Random(seed),
         new_driver=new_driver,
-        enabled=enabled,
+        operations=OPERATIONS,
         trace=lambda d, exc: _trace(target, d.config, exc),
         episode_ops=episode_ops,
         progress=progress,

@@ -310,7 +310,8 @@ def fuzz_episodes(
     rng: random.Random,
     *,
     new_driver: Callable[[Chooser], Any],
-    enabled: Callable[[Any], tuple[list[str], list[int]]],
+    operations: Sequence[tuple[str, int, Callable[[Any], bool]]],
+    facts: Callable[[Any], Any] = lambda d: d,
     trace: Callable[[Any, Divergence], dict[str, Any]],
     episode_ops: int,
     progress: Callable[[int], None] | None = None,
@@ -318,8 +319,9 @@ def fuzz_episodes(
     """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls.
 
     ``new_driver(chooser)`` draws a configuration and returns a driver with ``steps`` and
-    ``coverage``; ``enabled(driver)`` gives the operation names and weights usable now; the driver
-    has one method per operation name, taking the chooser.
+    ``coverage``; ``operations`` are ``(name, weight, enabled(facts(driver)))`` rows, ``facts``
+    computing once per step what the ``enabled`` predicates read; the driver has one method per
+    operation name, taking the chooser.
     """
     chooser = RandomChooser(rng)
     coverage: Counter[str] = Counter()
@@ -330,7 +332,9 @@ def fuzz_episodes(
         episodes += 1
         try:
             while len(d.steps) < episode_ops and done + len(d.steps) < ops:
-                names, weights = enabled(d)
+                now = facts(d)
+                chosen = [(n, w) for n, w, ok in operations if ok(now)]
+                names, weights = [n for n, _ in chosen], [w for _, w in chosen]
                 name = rng.choices(names, weights)[0]
                 getattr(d, name)(chooser)
                 coverage[f"rule:{name}"] += 1
