@@ -349,6 +349,45 @@ def cmd_admission(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mutants(args: argparse.Namespace) -> int:
+    """The kill matrix: every applicable checker against every planted bug."""
+    from kvspec import mutants
+
+    checkers = args.checkers.split(",") if args.checkers else list(mutants.CHECKERS)
+    unknown = [c for c in checkers if c not in mutants.CHECKERS]
+    if unknown:
+        raise UsageError(
+            f"unknown checker(s) {', '.join(unknown)}; choose from {', '.join(mutants.CHECKERS)}"
+        )
+    if args.budget <= 0:
+        raise UsageError(f"--budget must be positive, got {args.budget}")
+    try:
+        chosen = mutants.select(args.only, args.component)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with progress("mutants", len(chosen), not args.json) as update:
+        rows = mutants.run_matrix(chosen, checkers, args.budget, lambda i, _: update(i))
+    summary = mutants.summary(rows)
+    emit({"mutants": [r.to_json() for r in rows], "summary": summary}, args.json)
+    table = mutants.markdown(rows, checkers, args.budget)
+    if args.update_readme:
+        mutants.update_readme(Path(args.readme), table)
+    if not args.json:
+        out = Table(title=f"kill matrix (budget {args.budget:g} s per checker)")
+        for column in ("mutant", "component", *checkers):
+            out.add_column(column, overflow="fold")
+        for r in rows:
+            cells = {a.checker: mutants._cell(a) for a in r.attempts}
+            out.add_row(r.mutant.name, r.mutant.component, *(cells[c] for c in checkers))
+        OUT.print(out)
+        OUT.print(
+            f"{summary['killed']}/{summary['mutants']} killed; median time to kill "
+            f"{summary['median_seconds_to_kill']} s; survivors: "
+            f"{', '.join(summary['survivors']) or 'none'}"
+        )
+    return 0 if not summary["survivors"] else 1
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Every stage that exists, on embedded defaults, with a summary table."""
     from kvspec import verify
@@ -448,6 +487,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("manifest", help="MANIFEST.json (see examples/admission_manifest.json)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_admission)
+
+    p = sub.add_parser("mutants", help="kill matrix: every checker against every planted bug")
+    p.add_argument("--budget", type=float, default=30.0, help="seconds per checker per mutant")
+    p.add_argument(
+        "--checkers", help="comma-separated subset of hypothesis, fuzzer, explorer, crosshair"
+    )
+    p.add_argument("--only", nargs="+", metavar="NAME", help="only these mutants")
+    p.add_argument("--component", nargs="+", help="only mutants of these components")
+    p.add_argument(
+        "--update-readme", action="store_true", help="write the matrix into README.md's markers"
+    )
+    p.add_argument("--readme", default="README.md", help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_mutants)
     return parser
 
 
