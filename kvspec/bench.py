@@ -1,8 +1,10 @@
 """The one bench harness: baseline (the spec = legacy algorithm) and impl, same fixture, interleaved.
 
 Suites: ``reclaim`` and ``usable`` (block manager, PRs #578/#576), ``schedule`` (a whole step,
-PR #579), ``capacity`` (an admission check on PR #576's capacity fixture) and ``admission`` (the
-exact-reservation PR: legacy scan, exact-formula scan and incremental counter on one fixture).
+PR #579), ``capacity`` (an admission check on PR #576's capacity fixture), ``admission`` (the
+exact-reservation PR: legacy scan, exact-formula scan and incremental counter on one fixture), and
+``arc`` / ``lru`` (vLLM's CPU offload manager: one batch ``prepare_store`` that evicts half of a full
+cache, vLLM PR #50992's fixture; spec and impl must return the same result or the bench raises).
 
 Ratios, not absolute times, are the result (``ratio = baseline / impl``): the machines here are
 shared and noisy, so both sides are measured in the same run, round by round, and the median of
@@ -13,6 +15,7 @@ the timing.
 from __future__ import annotations
 
 import gc
+import hashlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -21,9 +24,12 @@ from typing import Any
 
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.infinilm.scheduler import Scheduler as ImplScheduler
+from impl.vllm.offload_manager import CPUOffloadingManager as ImplOffloadManager
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.request import InferenceRequest, RequestStatus, SamplingParams
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
+from spec.vllm import Key
+from spec.vllm.offload_manager import CPUOffloadingManager as SpecOffloadManager
 
 # The fixture of InfiniLM PR #578: (pages, unreferenced, requested). The PR measured 19x, 315x,
 # 33x, 137x, 1.0x and 0.92x on these; kvspec's goals are in GOALS.
@@ -45,7 +51,7 @@ RECLAIM_GOALS = {
 }
 USABLE_CASES = [512, 8192, 32768]
 HASHES = [bytes([i + 1]) * 16 for i in range(3)]  # three repeating hashes: duplicate-hash pages
-SUITES = ("reclaim", "usable", "schedule", "capacity", "admission")
+SUITES = ("reclaim", "usable", "schedule", "capacity", "admission", "arc", "lru")
 
 # PR #579's fixture: (running, waiting). The PR measured these whole-schedule() ratios; kvspec's
 # goal is at least the PR's ratio and at least 1.0 (never slower than the scanning baseline).
@@ -345,12 +351,216 @@ def bench_admission(rounds: int, quick: bool = False) -> Iterator[Row]:
     )
 
 
+# ----------------------------------------------------------------------------- vLLM offload benches
+# vLLM PR #50992's fixture: a full CPU cache of N blocks, then ONE prepare_store of N/2 new keys
+# that must evict half of the cache in one batch. The PR measured 16.5x, 81x and 142x (ARC,
+# rescan vs monotonic iterators) at 1k/5k/10k; kvspec's goal is at least that.
+OFFLOAD_CASES = [1_000, 5_000, 10_000]
+OFFLOAD_QUICK_CASES = [200, 1_000]
+ARC_PR = {1_000: 16.5, 5_000: 81.0, 10_000: 142.0}
+OFFLOAD_REQUEST_BLOCKS = 16  # blocks one request offloads per prepare_store while filling
+OFFLOAD_REUSED = (1, 3)  # request j is seen again (touched once ready) iff j % 5 in this
+OFFLOAD_PINNED_FRACTION = 4  # the oldest 1/4 of the never-reused requests are being loaded
+
+
+class BenchMismatch(RuntimeError):
+    """Baseline and impl did different work on the bench fixture: the timing would be meaningless."""
+
+
+@dataclass(frozen=True)
+class OffloadPlan:
+    """The operations that build one offload fixture; replayed identically on every side.
+
+    ``requests``: key chunks offloaded in this order (connector flow, reference §1.3:
+    ``prepare_store``, ``touch`` while pending, ``complete_store``); ``reused``: requests seen again
+    once ready (``touch``: ARC promotes them to T2, LRU makes them most recent); ``pinned``: keys
+    loaded (``prepare_load``, never completed): every block of the oldest quarter of the
+    never-reused requests — ARC's T1 front; ``new``: the ``N/2`` keys of the timed ``prepare_store``.
+    """
+
+    num_blocks: int
+    requests: tuple[tuple[Key, ...], ...]
+    reused: tuple[tuple[Key, ...], ...]
+    pinned: tuple[Key, ...]
+    new: tuple[Key, ...]
+
+
+def _offload_key(i: int) -> bytes:
+    """An upstream-shaped offload key: a 32-byte block hash plus a 4-byte group index."""
+    return hashlib.sha256(i.to_bytes(8, "big")).digest() + bytes(4)
+
+
+def _offload_plan(num_blocks: int) -> OffloadPlan:
+    keys = [_offload_key(i) for i in range(num_blocks + num_blocks // 2)]
+    cached, new = keys[:num_blocks], keys[num_blocks:]
+    size = OFFLOAD_REQUEST_BLOCKS
+    requests = [tuple(cached[i : i + size]) for i in range(0, num_blocks, size)]
+    reused = [r for j, r in enumerate(requests) if j % 5 in OFFLOAD_REUSED]
+    once = [r for j, r in enumerate(requests) if j % 5 not in OFFLOAD_REUSED]
+    pinned = [k for r in once[: len(once) // OFFLOAD_PINNED_FRACTION] for k in r]
+    return OffloadPlan(num_blocks, tuple(requests), tuple(reused), tuple(pinned), tuple(new))
+
+
+def _offload_fixture(cls: Callable[..., Any], plan: OffloadPlan, policy: str, lru: str) -> Any:
+    """A full cache of ``plan.num_blocks`` ready blocks built through the manager's API."""
+    manager = cls(plan.num_blocks, policy, lru=lru)
+    for request in plan.requests:
+        out = manager.prepare_store(request)
+        if out is None or out.evicted_keys:
+            raise RuntimeError("bench fixture: filling the cache must not evict")
+        manager.touch(request)  # pending blocks: ARC keeps them in T1, LRU v2 ignores them
+        manager.complete_store(request)
+    for request in plan.reused:
+        manager.touch(request)
+    if plan.pinned:
+        manager.prepare_load(plan.pinned)
+    return manager
+
+
+def _store_result(out: Any) -> tuple[Any, ...] | None:
+    """What a ``prepare_store`` returned, as a comparable value (``None`` stays ``None``)."""
+    if out is None:
+        return None
+    return (list(out.keys_to_store), list(out.store_spec.block_ids), list(out.evicted_keys))
+
+
+def _same_work(spec: Any, impl: Any, keys: tuple[Key, ...], expect_evicted: int) -> tuple[Any, ...]:
+    """Run the timed call once on each side (untimed) and require identical results.
+
+    Raises :class:`BenchMismatch` unless both fixtures start equal, both ``prepare_store`` calls
+    return the same keys, block ids and evicted keys (in order), and the two managers end in equal
+    snapshots; and unless the call evicted ``expect_evicted`` blocks (the case the row claims).
+    """
+    before = spec.snapshot(), impl.snapshot()
+    if before[0] != before[1]:
+        fields = before[0].differing_fields(before[1])
+        raise BenchMismatch(f"bench fixture differs between spec and impl in {fields}")
+    result = _store_result(spec.prepare_store(keys))
+    other = _store_result(impl.prepare_store(keys))
+    if result != other:
+        raise BenchMismatch(
+            "prepare_store differs between spec and impl on the bench fixture: "
+            f"spec {_describe(result)}, impl {_describe(other)}"
+        )
+    after = spec.snapshot(), impl.snapshot()
+    if after[0] != after[1]:
+        fields = after[0].differing_fields(after[1])
+        raise BenchMismatch(f"state after prepare_store differs between spec and impl in {fields}")
+    if result is None or len(result[2]) != expect_evicted:
+        raise RuntimeError(f"bench fixture: expected {expect_evicted} evictions, got {result}")
+    return result
+
+
+def _describe(result: tuple[Any, ...] | None) -> str:
+    if result is None:
+        return "None"
+    stored, ids, evicted = result
+    return f"{len(stored)} stored, ids {ids[:4]}..., {len(evicted)} evicted {evicted[:2]}..."
+
+
+def _offload_row(
+    rounds: int,
+    plan: OffloadPlan,
+    policy: str,
+    lru: str,
+    spec_cls: Callable[..., Any],
+    impl_cls: Callable[..., Any],
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Check agreement on one fresh pair of fixtures, then time ``prepare_store(plan.new)``.
+
+    Returns the measured facts of the fixture (list sizes, victims' origin) and the medians.
+    """
+
+    def build() -> dict[str, Any]:
+        return {
+            "baseline": _offload_fixture(spec_cls, plan, policy, lru),
+            "impl": _offload_fixture(impl_cls, plan, policy, lru),
+        }
+
+    sides = build()
+    fixture = sides["baseline"]._policy
+    if policy == "arc":
+        t1, t2 = set(fixture.t1), set(fixture.t2)
+        facts: dict[str, Any] = {
+            "t1": len(t1),
+            "t2": len(t2),
+            "pinned": sum(1 for k in plan.pinned if k in t1),  # all at T1's front
+            "target_t1_size": fixture.target_t1_size,
+        }
+    else:
+        facts = {"cached": len(fixture.blocks), "pinned": len(plan.pinned)}
+        facts["touched"] = sum(len(r) for r in plan.reused)
+    expect = len(plan.new) - (plan.num_blocks - sides["baseline"]._num_allocated_blocks)
+    stored, _, evicted = _same_work(sides["baseline"], sides["impl"], plan.new, expect)
+    facts["stored"] = len(stored)
+    facts["evicted"] = len(evicted)
+    if policy == "arc":
+        facts["evicted_t1"] = sum(1 for k in evicted if k in t1)
+        facts["evicted_t2"] = sum(1 for k in evicted if k in t2)
+    # the rebuild hook builds fresh fixtures before every round; only the names are needed here
+    med = _interleaved(
+        rounds, dict.fromkeys(sides), "prepare_store", (plan.new,), _keep, rebuild=build
+    )
+    return facts, med
+
+
+def bench_arc(
+    rounds: int,
+    quick: bool = False,
+    *,
+    spec_cls: Callable[..., Any] = SpecOffloadManager,
+    impl_cls: Callable[..., Any] = ImplOffloadManager,
+) -> Iterator[Row]:
+    """PR #50992: one ``prepare_store`` evicting N/2 of a full ARC cache; spec (a rescan of T1/T2
+    from the LRU end per victim) vs impl (one monotonic iterator per list)."""
+    for num_blocks in OFFLOAD_QUICK_CASES if quick else OFFLOAD_CASES:
+        plan = _offload_plan(num_blocks)
+        facts, med = _offload_row(rounds, plan, "arc", "v2", spec_cls, impl_cls)
+        case: dict[str, Any] = {"policy": "arc", "num_blocks": num_blocks, **facts}
+        case["baseline"] = "spec ARC (rescan per victim) + spec manager (idle-block scan)"
+        case["impl"] = "impl ARC (one-pass iterators, #50992) + impl manager (counter, #45757)"
+        if num_blocks in ARC_PR:
+            case["pr_ratio"] = ARC_PR[num_blocks]
+        yield Row(case, med["baseline"], med["impl"], ARC_PR.get(num_blocks))
+
+
+LRU_DESCRIPTIONS = {
+    "v2": (
+        "spec LRU v2 (walk of every cached block) + spec manager (idle-block scan)",
+        "impl LRU v2 (ordered idle set, stops at n, #46216) + impl manager (counter, #45757)",
+    ),
+    "v1": (
+        "spec LRU v1 (walk of every cached block) + spec manager (idle-block scan)",
+        "impl LRU v1 (walk stops at n) + impl manager (counter, #45757)",
+    ),
+}
+
+
+def bench_lru(
+    rounds: int,
+    quick: bool = False,
+    *,
+    spec_cls: Callable[..., Any] = SpecOffloadManager,
+    impl_cls: Callable[..., Any] = ImplOffloadManager,
+) -> Iterator[Row]:
+    """The same fixture under LRU: v2 (the #50992 state) at every size, v1 at the largest."""
+    sizes = OFFLOAD_QUICK_CASES if quick else OFFLOAD_CASES
+    for variant, num_blocks in [*(("v2", n) for n in sizes), ("v1", sizes[-1])]:
+        plan = _offload_plan(num_blocks)
+        facts, med = _offload_row(rounds, plan, "lru", variant, spec_cls, impl_cls)
+        baseline, impl = LRU_DESCRIPTIONS[variant]
+        case = {"policy": "lru", "variant": variant, "num_blocks": num_blocks, **facts}
+        yield Row({**case, "baseline": baseline, "impl": impl}, med["baseline"], med["impl"])
+
+
 BENCHES: dict[str, Callable[[int, bool], Iterator[Row]]] = {
     "reclaim": bench_reclaim,
     "usable": bench_usable,
     "schedule": bench_schedule,
     "capacity": bench_capacity,
     "admission": bench_admission,
+    "arc": bench_arc,
+    "lru": bench_lru,
 }
 
 

@@ -285,8 +285,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown bench suite {args.suite!r}; choose one of {', '.join(SUITES)}")
     if args.rounds is not None and args.rounds < 7:
         raise UsageError("--rounds must be at least 7")
-    with progress(f"bench {args.suite}", None, not args.json):
-        rows = run_suite(args.suite, quick=args.quick, rounds=args.rounds)
+    from kvspec.bench import BenchMismatch
+
+    try:
+        with progress(f"bench {args.suite}", None, not args.json):
+            rows = run_suite(args.suite, quick=args.quick, rounds=args.rounds)
+    except BenchMismatch as exc:  # the two sides did different work: no ratio to report
+        sys.stderr.write(f"kvspec: bench {args.suite}: {' '.join(str(exc).split())}\n")
+        return 1
     emit({"suite": args.suite, "rows": [r.to_json() for r in rows]}, args.json)
     if not args.json:
         table = Table(
