@@ -199,14 +199,23 @@ def _admission() -> tuple[str, str]:
     )
 
 
+# the case fields a bench summary names (default: every integer field)
+_SUMMARY_KEYS = {"arc": ("num_blocks", "evicted"), "lru": ("variant", "num_blocks", "evicted")}
+
+
 def _bench(suite: str) -> Callable[[], tuple[str, str]]:
     def body() -> tuple[str, str]:
         from kvspec.bench import run_suite
 
         rows = run_suite(suite, quick=True)
+        keys = _SUMMARY_KEYS.get(suite)
         parts = [
-            f"{'/'.join(str(v) for k, v in r.case.items() if isinstance(v, int) and k != 'pr_ratio')}"
-            f": {r.ratio:,.1f}×"
+            "/".join(
+                str(v)
+                for k, v in r.case.items()
+                if (k in keys if keys else isinstance(v, int) and k != "pr_ratio")
+            )
+            + f": {r.ratio:,.1f}×"
             + ("" if r.goal is None or r.ratio >= r.goal else f" (goal {r.goal:g}×)")
             for r in rows
         ]
@@ -233,6 +242,8 @@ def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage
         ("bench schedule (quick)", _bench("schedule")),
         ("bench capacity (quick)", _bench("capacity")),
         ("bench admission (quick)", _bench("admission")),
+        ("bench arc (quick)", _bench("arc")),
+        ("bench lru (quick)", _bench("lru")),
     ]
     stages = []
     for i, (name, body) in enumerate(plan, 1):
