@@ -230,6 +230,12 @@ def _prove() -> tuple[str, str]:
     return prove.verify_stage()
 
 
+def _smoke() -> tuple[str, str]:
+    from kvspec import smoke
+
+    return smoke.verify_stage()
+
+
 def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage]:
     plan: list[tuple[str, Callable[[], tuple[str, str]]]] = [
         (f"check {COMPONENT} (impl, ci profile)", _check),
@@ -244,6 +250,7 @@ def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage
         ("admission soundness (spec)", _soundness(5_000 if quick else 30_000)),
         ("admission predictor (example manifest)", _admission),
         ("z3 theorems (kvspec prove)", _prove),
+        ("gpu smoke (tiny, CPU)", _smoke),
         ("bench reclaim (quick)", _bench("reclaim")),
         ("bench usable (quick)", _bench("usable")),
         ("bench schedule (quick)", _bench("schedule")),
