@@ -68,14 +68,29 @@ def _checker(component: str) -> Any:
         {
             "infinilm-block-manager": "stateful_tests.infinilm_block_manager",
             "infinilm-scheduler": "stateful_tests.infinilm_scheduler",
+            "vllm-arc": "stateful_tests.vllm_offload",
+            "vllm-lru": "stateful_tests.vllm_offload",
         }[component]
     )
 
 
 def _options(args: argparse.Namespace, component: str) -> dict[str, Any]:
-    """Component-specific checker options: the scheduler's reservation variant and soundness."""
+    """Component-specific checker options: the scheduler's reservation variant and soundness; the
+    vLLM offload manager's cache policy and variant (ARC no_fallback/t1_fallback, LRU v1/v2)."""
     variant = getattr(args, "variant", None)
     soundness = getattr(args, "soundness", False)
+    if component in ("vllm-arc", "vllm-lru"):
+        from stateful_tests.vllm_offload import VARIANTS
+
+        if soundness:
+            raise UsageError(f"--soundness applies to infinilm-scheduler, not {component}")
+        policy = component.removeprefix("vllm-")
+        if variant is not None and variant not in VARIANTS[policy]:
+            raise UsageError(
+                f"unknown {component} variant {variant!r}; choose one of "
+                f"{', '.join(VARIANTS[policy])}"
+            )
+        return {"policy": policy, "variant": variant}
     if component != "infinilm-scheduler":
         if variant or soundness:
             raise UsageError(f"--variant/--soundness apply to infinilm-scheduler, not {component}")
@@ -435,7 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
     p.add_argument(
         "--variant",
-        help="infinilm-scheduler reservation: legacy, exact or tight (default: drawn per run)",
+        help="infinilm-scheduler reservation: legacy, exact or tight; vllm-arc: no_fallback or "
+        "t1_fallback; vllm-lru: v2 or v1 (default: drawn per run)",
     )
     p.add_argument(
         "--soundness",
@@ -459,7 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", type=int, default=100_000, help="lockstep calls to make")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-shrink", action="store_true", help="keep the raw failing episode")
-    p.add_argument("--variant", help="infinilm-scheduler reservation: legacy, exact or tight")
+    p.add_argument(
+        "--variant",
+        help="infinilm-scheduler: legacy, exact or tight; vllm-arc: no_fallback or t1_fallback; "
+        "vllm-lru: v2 or v1 (default: drawn per episode)",
+    )
     p.add_argument(
         "--soundness",
         action="store_true",
@@ -507,6 +527,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", default="README.md", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mutants)
+
+    from kvspec import prove
+
+    prove.add_parser(sub)
+
+    from kvspec import smoke
+
+    smoke.add_parser(sub)
     return parser
 
 

@@ -66,6 +66,28 @@ COMPONENTS: dict[str, Component] = {
             "get_cache_stats",
         ),
     ),
+    **{
+        name: Component(
+            name,
+            {
+                "impl": "impl.vllm.offload_manager:CPUOffloadingManager",
+                "spec": "spec.vllm.offload_manager:CPUOffloadingManager",
+                # resolved lazily: a one-line TargetError when vllm cannot be imported
+                "vllm": "kvspec.vllm_adapter:VllmCPUOffloadingManager",
+            },
+            (
+                "lookup",
+                "prepare_load",
+                "complete_load",
+                "prepare_store",
+                "complete_store",
+                "touch",
+                "reset_cache",
+                "take_events",
+            ),
+        )
+        for name in ("vllm-arc", "vllm-lru")
+    },
 }
 
 

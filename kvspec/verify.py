@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 
 COMPONENT = "infinilm-block-manager"
+COMPONENTS = ("infinilm-block-manager", "infinilm-scheduler", "vllm-arc", "vllm-lru")
 
 
 @dataclass
@@ -73,28 +74,68 @@ def _fuzz(ops: int) -> Callable[[], tuple[str, str]]:
     return body
 
 
-def _mutants(component: str, ops: int) -> tuple[str, str]:
-    from stateful_tests import infinilm_block_manager, infinilm_scheduler
-    from stateful_tests.mutants import CATALOGUE
+def _mutants(components: tuple[str, ...], budget: float) -> Callable[[], tuple[str, str]]:
+    """The kill matrix's fuzzer column: every planted bug of these components must die."""
 
-    survivors = []
-    killed = 0
-    for name, m in CATALOGUE.items():
-        if m.component != component:
-            continue
-        if component == COMPONENT:
-            result = infinilm_block_manager.fuzz(m.cls, f"mutant:{name}", ops, seed=0)
-        else:
-            result = infinilm_scheduler.fuzz(
-                m.cls, f"mutant:{name}", ops, seed=0, reservation=m.variant
-            )
-        if result.passed:
-            survivors.append(name)
-        else:
-            killed += 1
-    if survivors:
-        return "fail", f"{killed} killed; survived: {', '.join(survivors)}"
-    return "pass", f"all {killed} planted bugs killed by the fuzzer"
+    def body() -> tuple[str, str]:
+        from kvspec import mutants
+
+        rows = mutants.run_matrix(mutants.select(None, components), ["fuzzer"], budget)
+        s = mutants.summary(rows)
+        if s["survivors"]:
+            return "fail", f"{s['killed']} killed; survived: {', '.join(s['survivors'])}"
+        return "pass", (
+            f"all {s['killed']} planted bugs killed by the fuzzer (median "
+            f"{s['median_seconds_to_kill']} s; {s['repro_at_most_6_steps']} repros ≤ 6 steps)"
+        )
+
+    return body
+
+
+def _offload_check() -> tuple[str, str]:
+    from hypothesis import settings
+
+    from impl.vllm.offload_manager import CPUOffloadingManager
+    from stateful_tests import profiles
+    from stateful_tests.profiles import shrink_budget
+    from stateful_tests.vllm_offload import VARIANTS, check
+
+    parts = []
+    for policy, variants in VARIANTS.items():
+        for variant in variants:
+            with shrink_budget(30):
+                r = check(
+                    CPUOffloadingManager,
+                    "impl",
+                    settings(profiles.get("ci"), max_examples=60),
+                    policy=policy,
+                    variant=variant,
+                )
+            if not r.passed:
+                return "fail", f"{policy} {variant}: {r.failure.check}: {r.failure.detail}" if (
+                    r.failure
+                ) else f"{policy} {variant}"
+            parts.append(f"{policy} {variant} {r.examples}/{r.steps:,}")
+
+    return "pass", "programs/calls: " + "; ".join(parts)
+
+
+def _offload_fuzz(ops: int) -> Callable[[], tuple[str, str]]:
+    def body() -> tuple[str, str]:
+        from impl.vllm.offload_manager import CPUOffloadingManager
+        from stateful_tests.vllm_offload import VARIANTS, fuzz
+
+        parts = []
+        for policy, variants in VARIANTS.items():
+            for variant in variants:
+                r = fuzz(CPUOffloadingManager, "impl", ops, 0, policy=policy, variant=variant)
+                if not r.passed:
+                    detail = f"{r.failure.check}: {r.failure.detail}" if r.failure else ""
+                    return "fail", f"{policy} {variant}: {detail}"
+                parts.append(f"{policy} {variant} {r.steps:,} ({r.steps / r.seconds:,.0f}/s)")
+        return "pass", "; ".join(parts)
+
+    return body
 
 
 def _scheduler_check() -> tuple[str, str]:
@@ -240,12 +281,13 @@ def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage
     plan: list[tuple[str, Callable[[], tuple[str, str]]]] = [
         (f"check {COMPONENT} (impl, ci profile)", _check),
         (f"fuzz {COMPONENT} (impl, seed 0)", _fuzz(50_000 if quick else 300_000)),
-        (f"planted bugs {COMPONENT}", lambda: _mutants(COMPONENT, 5_000 if quick else 20_000)),
         ("check infinilm-scheduler (impl, 3 variants)", _scheduler_check),
         ("fuzz infinilm-scheduler (impl, 3 variants)", _scheduler_fuzz(5_000 if quick else 30_000)),
+        ("check vllm-arc/vllm-lru (impl, 4 variants)", _offload_check),
+        ("fuzz vllm-arc/vllm-lru (impl, 4 variants)", _offload_fuzz(5_000 if quick else 30_000)),
         (
-            "planted bugs infinilm-scheduler",
-            lambda: _mutants("infinilm-scheduler", 60_000 if quick else 100_000),
+            "planted bugs (kill matrix, fuzzer column)",
+            _mutants(tuple(COMPONENTS), 10.0 if quick else 30.0),
         ),
         ("admission soundness (spec)", _soundness(5_000 if quick else 30_000)),
         ("admission predictor (example manifest)", _admission),

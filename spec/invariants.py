@@ -2,17 +2,32 @@
 
 Each predicate returns ``None`` when it holds and a message naming the offending pages otherwise.
 The same names appear in the stateful machines, the proofs and the mutant catalogue
-(shared/DESIGN.md "Invariants"). Reference: shared/reference/infinilm.md §8.1.
+(shared/DESIGN.md "Invariants"). References: shared/reference/infinilm.md §8.1 (block manager),
+shared/reference/vllm.md §1, §2, §3, §8 (CPU offload manager, ARC, LRU).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Protocol, Self, TypeVar
 
 from spec.infinilm.snapshot import BlockManagerSnapshot
+from spec.vllm import Key
+from spec.vllm.arc import ARCSnapshot
+from spec.vllm.lru import LRUSnapshot
+from spec.vllm.offload_manager import OffloadManagerSnapshot
 
 Violation = str | None
+
+
+class Snapshot(Protocol):
+    """Any model's snapshot: a comparable value that names the fields in which two differ."""
+
+    def differing_fields(self, other: Self) -> list[str]: ...
+
+
+S = TypeVar("S", bound=Snapshot)
 
 
 def free_and_used_partition_pool(s: BlockManagerSnapshot) -> Violation:
@@ -114,8 +129,9 @@ def no_leak_at_quiescence(s: BlockManagerSnapshot) -> Violation:
     return None
 
 
-def atomic_failure(before: BlockManagerSnapshot, after: BlockManagerSnapshot) -> Violation:
-    """A validate-first operation that raised left every observable unchanged."""
+def atomic_failure(before: S, after: S) -> Violation:
+    """A validate-first operation that raised (or an offload store that returned ``None``: a failed
+    eviction) left every observable unchanged — for ARC not even ghost order or the target."""
     changed = before.differing_fields(after)
     if changed:
         return f"a rejected operation changed {changed}"
@@ -123,7 +139,8 @@ def atomic_failure(before: BlockManagerSnapshot, after: BlockManagerSnapshot) ->
 
 
 def identical_eviction_order(spec_free: tuple[int, ...], target_free: tuple[int, ...]) -> Violation:
-    """Spec and target put pages on the free deque in the same order (same evictions, same order)."""
+    """Spec and target put pages on the free deque (offload: the free-id stack) in the same order
+    (same evictions, same order)."""
     if spec_free != target_free:
         return f"free deque differs: spec {list(spec_free)} vs target {list(target_free)}"
     return None
@@ -135,3 +152,87 @@ STATE_INVARIANTS: Mapping[str, Callable[[BlockManagerSnapshot], Violation]] = {
     "free_pages_unreferenced": free_pages_unreferenced,
     "prefix_index_consistent": prefix_index_consistent,
 }
+
+
+# ----------------------------------------------------------------------------- vLLM CPU offload
+def arc_lists_bounded(s: OffloadManagerSnapshot) -> Violation:
+    """ARC (vllm.md §2.1, §2.3): ``|B1|, |B2| <= N``; ``0 <= target <= N``; ``|T1| + |T2| <= N``;
+    T1, T2, B1, B2 pairwise disjoint; T1 + T2 are exactly the cached blocks. Holds for non-ARC
+    snapshots vacuously."""
+    p, n = s.policy, s.num_blocks
+    if not isinstance(p, ARCSnapshot):
+        return None
+    if len(p.b1) > n or len(p.b2) > n or not 0 <= p.target_t1_size <= n:
+        return f"ghosts {len(p.b1)}/{len(p.b2)} or target {p.target_t1_size} exceed N={n}"
+    if len(p.t1) + len(p.t2) > n:
+        return f"|T1|+|T2| = {len(p.t1) + len(p.t2)} > N={n}"
+    lists = [*p.t1, *p.t2, *p.b1, *p.b2]
+    if len(set(lists)) != len(lists):
+        twice = sorted((k for k, c in Counter(lists).items() if c > 1), key=repr)
+        return f"keys {twice} appear in two ARC lists"
+    if {k for _, k, _ in p.blocks} != {*p.t1, *p.t2}:
+        return "T1 + T2 differ from the cached blocks"
+    return None
+
+
+def lru_order_consistent(s: OffloadManagerSnapshot, variant: str) -> Violation:
+    """LRU (vllm.md §3): the eviction order lists each key once — v1 every cached key, v2 exactly
+    the idle (``ref_cnt == 0``) keys. Holds for non-LRU snapshots vacuously."""
+    p = s.policy
+    if not isinstance(p, LRUSnapshot):
+        return None
+    want = {k for _, k, r in p.blocks if variant == "v1" or r == 0}
+    if len(set(p.order)) != len(p.order) or set(p.order) != want:
+        return f"LRU order {list(p.order)} is not a permutation of {sorted(want, key=repr)}"
+    return None
+
+
+def offload_ids_partition_pool(s: OffloadManagerSnapshot) -> Violation:
+    """Free ids and cached blocks' ids are disjoint, without repeats, and together are the ids
+    handed out so far, ``0..num_allocated_blocks-1``; at most N ids were ever handed out."""
+    free, used = list(s.free_list), [b for b, _, _ in s.policy.blocks]
+    if len(set(free)) != len(free) or len(set(used)) != len(used) or set(free) & set(used):
+        return f"free ids {free} and cached ids {used} overlap or repeat"
+    if set(free) | set(used) != set(range(s.num_allocated_blocks)):
+        return f"free {free} + cached {used} != ids 0..{s.num_allocated_blocks - 1}"
+    if s.num_allocated_blocks > s.num_blocks:
+        return f"{s.num_allocated_blocks} ids handed out from a pool of {s.num_blocks}"
+    return None
+
+
+def evictable_counter_matches_scan(s: OffloadManagerSnapshot, counter: int) -> Violation:
+    """#45757: ``counter`` (a manager's ``_num_evictable_cache_blocks``) equals the number of cached
+    blocks with ``ref_cnt == 0`` (idle blocks). A drift turns into a false ``None`` store."""
+    idle = sum(1 for _, _, r in s.policy.blocks if r == 0)
+    return None if counter == idle else f"evictable counter {counter} != {idle} idle blocks"
+
+
+def offload_no_live_eviction(
+    before: OffloadManagerSnapshot,
+    after: OffloadManagerSnapshot,
+    *,
+    may_evict: bool,
+    protected: Collection[Key] = (),
+    released: Collection[Key] = (),
+) -> Violation:
+    """``no_live_eviction`` for the offload manager, over one call from ``before`` to ``after``.
+
+    Only an evicting call (``prepare_store``: ``may_evict``) removes ready blocks, and only idle
+    (``ref_cnt == 0``) ones outside ``protected`` (its threshold-filtered input keys, #35846): a
+    loading, pending or protected block is never evicted. Besides, only the pending blocks in
+    ``released`` (a failed ``complete_store``) may leave the cache.
+    """
+    kept = {k for _, k, _ in after.policy.blocks}
+    live, outside = [], []
+    for _, key, ref in before.policy.blocks:
+        if key in kept or (ref < 0 and key in released):
+            continue
+        if ref != 0 or key in protected:
+            live.append((key, ref))
+        elif not may_evict:
+            outside.append(key)
+    if live:
+        return "evicted live blocks (key, ref_cnt; protected if 0): " + str(live)
+    if outside:
+        return f"blocks {outside} left the cache outside an eviction"
+    return None

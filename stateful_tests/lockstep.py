@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -381,6 +382,10 @@ def shrink_steps(
     return best
 
 
+def _to_stderr(text: object) -> None:
+    sys.stderr.write(f"{text}\n")
+
+
 def run_machine(
     machine: Any,
     settings: Any,
@@ -392,11 +397,15 @@ def run_machine(
     The class keeps ``drivers_started``, ``steps_run``, ``coverage`` and ``last_driver`` (after a
     failure hypothesis re-runs the shrunk program last, so that driver holds the counterexample).
     """
+    from hypothesis.reporting import with_reporter
     from hypothesis.stateful import run_state_machine_as_test
 
     started = time.perf_counter()
     try:
-        run_state_machine_as_test(machine, settings=settings)
+        # hypothesis' own reports (e.g. its shrink-time warning) go to stderr: stdout may carry
+        # the CLI's one JSON document
+        with with_reporter(_to_stderr):
+            run_state_machine_as_test(machine, settings=settings)
         failure = None
     except Divergence as exc:
         failure = exc

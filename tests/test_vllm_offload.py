@@ -19,12 +19,17 @@ from impl.vllm import arc as impl_arc
 from impl.vllm import lru as impl_lru
 from impl.vllm import offload_manager as impl_om
 from spec.errors import DoubleFreeError, InvalidArgument, OffloadStateError, exception_kind
+from spec.invariants import (
+    arc_lists_bounded,
+    evictable_counter_matches_scan,
+    lru_order_consistent,
+    offload_ids_partition_pool,
+)
 from spec.vllm import BlockStatus
 from spec.vllm import arc as spec_arc
 from spec.vllm import lru as spec_lru
 from spec.vllm import offload_manager as spec_om
 from spec.vllm.arc import ARCSnapshot
-from spec.vllm.lru import LRUSnapshot
 from spec.vllm.offload_manager import (
     CPULoadStoreSpec,
     LookupResult,
@@ -735,54 +740,7 @@ def test_snapshots_are_hashable_and_deterministic(make):
 
 # ============================================================================= seeded lockstep
 
-# Invariants named as in shared/DESIGN.md; each returns None or a message.
-
-
-def arc_lists_bounded(s: OffloadManagerSnapshot) -> str | None:
-    """|B1|, |B2| <= N; 0 <= target <= N; |T1| + |T2| <= N; T1, T2, B1, B2 pairwise disjoint;
-    T1 + T2 are exactly the cached blocks."""
-    p, n = s.policy, s.num_blocks
-    if not isinstance(p, ARCSnapshot):
-        return None
-    if len(p.b1) > n or len(p.b2) > n or not 0 <= p.target_t1_size <= n:
-        return f"ghosts {len(p.b1)}/{len(p.b2)} or target {p.target_t1_size} exceed N={n}"
-    if len(p.t1) + len(p.t2) > n:
-        return f"|T1|+|T2| = {len(p.t1) + len(p.t2)} > N={n}"
-    lists = [*p.t1, *p.t2, *p.b1, *p.b2]
-    if len(set(lists)) != len(lists):
-        return "a key appears in two ARC lists"
-    if {k for _, k, _ in p.blocks} != {*p.t1, *p.t2}:
-        return "T1 + T2 differ from the cached blocks"
-    return None
-
-
-def lru_order_consistent(s: OffloadManagerSnapshot, variant: str) -> str | None:
-    """v1: the order lists every cached key once; v2: exactly the idle keys once."""
-    p = s.policy
-    if not isinstance(p, LRUSnapshot):
-        return None
-    want = {k for _, k, r in p.blocks if variant == "v1" or r == 0}
-    if len(set(p.order)) != len(p.order) or set(p.order) != want:
-        return f"LRU order {p.order} is not a permutation of {sorted(want, key=repr)}"
-    return None
-
-
-def offload_ids_partition_pool(s: OffloadManagerSnapshot) -> str | None:
-    """Free ids and cached ids are disjoint, without repeats, and together are the ids handed
-    out so far, ``0..num_allocated_blocks-1``; no more than N ids were ever handed out."""
-    free, used = list(s.free_list), [b for b, _, _ in s.policy.blocks]
-    if len(set(free)) != len(free) or len(set(used)) != len(used) or set(free) & set(used):
-        return f"free {free} and cached {used} overlap or repeat"
-    if set(free) | set(used) != set(range(s.num_allocated_blocks)):
-        return f"free {free} + cached {used} != ids 0..{s.num_allocated_blocks - 1}"
-    return None if s.num_allocated_blocks <= s.num_blocks else "more ids than blocks"
-
-
-def evictable_counter_matches_scan(m: Any, s: OffloadManagerSnapshot) -> str | None:
-    """#45757: the manager's counter equals the number of cached blocks with ref_cnt == 0."""
-    idle = sum(1 for _, _, r in s.policy.blocks if r == 0)
-    counter = m._num_evictable_cache_blocks
-    return None if counter == idle else f"counter {counter} != {idle} idle blocks"
+# Invariants: spec/invariants.py (named as in shared/DESIGN.md; each returns None or a message).
 
 
 CONFIGS = [
@@ -842,7 +800,10 @@ def check_invariants(m: Any, s: OffloadManagerSnapshot, variant: str) -> None:
         ("arc_lists_bounded", arc_lists_bounded(s)),
         ("lru_order_consistent", lru_order_consistent(s, variant)),
         ("offload_ids_partition_pool", offload_ids_partition_pool(s)),
-        ("evictable_counter_matches_scan", evictable_counter_matches_scan(m, s)),
+        (
+            "evictable_counter_matches_scan",
+            evictable_counter_matches_scan(s, m._num_evictable_cache_blocks),
+        ),
     ):
         assert violation is None, f"{name}: {violation}"
 

@@ -1,0 +1,854 @@
+"""Lockstep checking of vLLM CPU offload managers (``vllm-arc``, ``vllm-lru``): driver, machine, fuzzer.
+
+A :class:`ManagerHarness` wraps one ``CPUOffloadingManager`` and exposes the manager alphabet
+(shared/reference/vllm.md §1.2, §6) with JSON-able arguments and results: ``prepare_store`` as
+``None`` or ``{"keys_to_store", "block_ids", "evicted_keys"}``, ``prepare_load`` as its block ids,
+``lookup`` as the result's name, ``take_events`` as ``[[keys...], removed]`` rows (the generator
+consumed). Two harnesses (spec, target) are driven through
+:class:`~stateful_tests.lockstep.Lockstep`, so after every call the return values (key and id
+lists in order, ``None``), the exception kinds, and ``snapshot()`` (T1, T2, B1, B2 in order and the
+target, or the LRU order; ids, ref counts, the free-id stack, pending events, the threshold
+tracker) must be equal.
+
+Invariants after every call (spec/invariants.py; names as in shared/DESIGN.md):
+``arc_lists_bounded``, ``lru_order_consistent``, ``offload_ids_partition_pool`` (``id pool
+partition``), ``evictable_counter_matches_scan`` (the target's #45757 counter against its idle
+blocks), ``no_live_eviction`` (loading, pending and protected blocks are never evicted; nothing but
+``prepare_store`` evicts), ``atomic_failure`` (a call that raised, and a ``prepare_store`` that
+returned ``None``, changed nothing — not even ghost order or the target) and
+``identical_eviction_order`` (same victims in the same order; same free-id stack). When the target
+diverges from the spec, the first of these it breaks on its own state names the failure.
+
+Draws are biased where bugs live: 2–6 blocks, key alphabets of about twice the capacity, full
+caches, store batches mixing new, already-stored, pending and evicted (ghost) keys and batches larger
+than T1, touches of ghost keys (moving the ARC target) and of pending blocks (#34576), loads pinning
+blocks twice, stores that fail, and bad inputs (duplicate keys, completing unknown, idle or pending
+keys, loading missing or pending keys).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from spec import invariants as inv
+from spec.vllm.arc import ARCSnapshot
+from spec.vllm.offload_manager import CPUOffloadingManager as SpecManager
+from spec.vllm.offload_manager import OffloadManagerSnapshot, read_offload_manager
+from stateful_tests.lockstep import (
+    Chooser,
+    DataChooser,
+    Divergence,
+    Lockstep,
+    RunResult,
+    Step,
+    decode,
+    fuzz_episodes,
+    run_machine,
+    shrink_steps,
+    trace_document,
+)
+
+COMPONENTS = {"vllm-arc": "arc", "vllm-lru": "lru"}
+"""Component name -> ``cache_policy``."""
+
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "arc": ("no_fallback", "t1_fallback"),  # #50992 state / #55461 (``arc_t1_fallback=True``)
+    "lru": ("v2", "v1"),  # #46216 (the #50992 state) / #37874 (``lru="v1"``)
+}
+"""Named variants per policy, the default (the #50992 state) first."""
+
+SNAPSHOT_CHECKS = {"free_list": "identical_eviction_order"}
+STATE_INVARIANTS = ("arc_lists_bounded", "offload_ids_partition_pool", "lru_order_consistent")
+
+
+def component_of(policy: str) -> str:
+    return f"vllm-{policy}"
+
+
+def mutant_options(m: Any) -> dict[str, Any]:
+    """The checker keywords that put a catalogue mutant (``stateful_tests.mutants.Mutant``) in the
+    configuration its bug lives in: its component's policy and its variant (``None``: drawn)."""
+    return {"policy": COMPONENTS[m.component], "variant": m.variant}
+
+
+def variant_keywords(policy: str, variant: str) -> dict[str, Any]:
+    """The constructor keyword selecting ``variant``; nothing for the default, so a target with
+    upstream's constructor (no kvspec variant keywords) runs the default variant."""
+    if variant not in VARIANTS.get(policy, ()):
+        raise ValueError(f"unknown {policy} variant {variant!r}; choose one of {VARIANTS[policy]}")
+    if policy == "arc":
+        return {"arc_t1_fallback": True} if variant == "t1_fallback" else {}
+    return {"lru": "v1"} if variant == "v1" else {}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One manager's construction and the key alphabet ``0..num_keys-1``."""
+
+    policy: str = "arc"
+    variant: str = "no_fallback"
+    num_blocks: int = 4
+    num_keys: int = 10
+    enable_events: bool = True
+    store_threshold: int = 1
+    max_tracker_size: int = 8
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def draw_config(c: Chooser, policy: str, variant: str | None) -> Config:
+    """Small capacities (2–6 mostly), key alphabets about twice the capacity, tracker sometimes."""
+    num_blocks = c.pick((2, 3, 4, 2, 3, 4, 5, 6, 1, 8))
+    threshold = 2 if c.chance(0.15) else 1
+    return Config(
+        policy=policy,
+        variant=variant if variant is not None else c.pick(VARIANTS[policy]),
+        num_blocks=num_blocks,
+        num_keys=2 * num_blocks + c.int(1, 3),
+        enable_events=c.chance(0.85),
+        store_threshold=threshold,
+        max_tracker_size=c.int(2, 2 * num_blocks + 1),
+    )
+
+
+# ----------------------------------------------------------------------------- harness
+class ManagerHarness:
+    """One offload manager driven by JSON-able calls with JSON-able, comparable results."""
+
+    def __init__(self, manager_cls: Callable[..., Any], config: Config) -> None:
+        self.m = manager_cls(  # keywords: upstream has cache_policy_module_path third
+            config.num_blocks,
+            cache_policy=config.policy,
+            enable_events=config.enable_events,
+            store_threshold=config.store_threshold,
+            max_tracker_size=config.max_tracker_size,
+            **variant_keywords(config.policy, config.variant),
+        )
+
+    def snapshot(self) -> OffloadManagerSnapshot:
+        return read_offload_manager(self.m)
+
+    def lookup(self, key: Any) -> str:
+        result = self.m.lookup(key)
+        return str(getattr(result, "name", result))
+
+    def prepare_store(self, keys: list[Any]) -> dict[str, list[Any]] | None:
+        out = self.m.prepare_store(keys)
+        if out is None:
+            return None
+        return {
+            "keys_to_store": list(out.keys_to_store),
+            "block_ids": [int(b) for b in out.store_spec.block_ids],
+            "evicted_keys": list(out.evicted_keys),
+        }
+
+    def complete_store(self, keys: list[Any], success: bool) -> None:
+        self.m.complete_store(keys, success=success)
+
+    def prepare_load(self, keys: list[Any]) -> list[int]:
+        return [int(b) for b in self.m.prepare_load(keys).block_ids]
+
+    def complete_load(self, keys: list[Any]) -> None:
+        self.m.complete_load(keys)
+
+    def touch(self, keys: list[Any]) -> None:
+        self.m.touch(keys)
+
+    def reset_cache(self) -> None:
+        self.m.reset_cache()
+
+    def take_events(self) -> list[list[Any]]:
+        return [[list(e.keys), bool(e.removed)] for e in self.m.take_events()]
+
+
+def _read(h: ManagerHarness) -> OffloadManagerSnapshot:
+    return read_offload_manager(h.m)
+
+
+def _state_invariants(variant: str) -> dict[str, Callable[[OffloadManagerSnapshot], str | None]]:
+    return {
+        "arc_lists_bounded": inv.arc_lists_bounded,
+        "offload_ids_partition_pool": inv.offload_ids_partition_pool,
+        "lru_order_consistent": lambda s: inv.lru_order_consistent(s, variant),
+    }
+
+
+# ----------------------------------------------------------------------------- analysis helpers
+def _refs(s: OffloadManagerSnapshot) -> dict[Any, int]:
+    return {k: r for _, k, r in s.policy.blocks}
+
+
+def _store_keys(s: OffloadManagerSnapshot, keys: Sequence[Any], threshold: int) -> list[Any]:
+    """The input keys that survive the store-threshold filter in state ``s`` (and are protected)."""
+    if threshold < 2 or s.counts is None:
+        return list(keys)
+    counts = dict(s.counts)
+    return [k for k in keys if counts.get(k, 0) >= threshold]
+
+
+def _need(s: OffloadManagerSnapshot, kept: Sequence[Any]) -> int:
+    """Blocks ``prepare_store`` must evict for the (filtered) keys ``kept`` in state ``s``."""
+    refs = _refs(s)
+    free = s.num_blocks - s.num_allocated_blocks + len(s.free_list)
+    return sum(1 for k in kept if k not in refs) - free
+
+
+def arc_selection_paths(
+    p: ARCSnapshot, victims: Sequence[Any], protected: Collection[Any]
+) -> set[str]:
+    """Which ARC selection rules produced ``victims`` from state ``p`` (coverage, §2.3, §8).
+
+    ``t2_pick_above_target``: a T2 victim while the virtual T1 size was still >= int(target) (T1's
+    iterator exhausted, the #50992 scenario); ``t1_fallback_pick``: a T1 victim taken after T2 had
+    no eligible entry left (#55461 only).
+    """
+    refs = {k: r for _, k, r in p.blocks}
+    t1_left = [k for k in p.t1 if refs[k] == 0 and k not in protected]
+    t2_left = [k for k in p.t2 if refs[k] == 0 and k not in protected]
+    virtual, paths = len(p.t1), set()
+    for key in victims:
+        above = virtual >= int(p.target_t1_size)
+        if t1_left and key == t1_left[0]:
+            t1_left.pop(0)
+            virtual -= 1
+            paths.add("t1_victim" if above else "t1_fallback_pick")
+        elif t2_left and key == t2_left[0]:
+            t2_left.pop(0)
+            paths.add("t2_pick_above_target" if above else "t2_victim")
+    return paths
+
+
+# ----------------------------------------------------------------------------- driver
+class Driver:
+    """The manager alphabet over a spec harness and a target harness, in lockstep."""
+
+    def __init__(self, target_cls: Callable[..., Any], config: Config) -> None:
+        self.config = config
+        self.spec_h = ManagerHarness(SpecManager, config)
+        self.target_h = ManagerHarness(target_cls, config)
+        self.ls = Lockstep(
+            self.spec_h,
+            self.target_h,
+            _read,
+            state_invariants=_state_invariants(config.variant),
+            validate_first=lambda method, exc: True,  # every raising manager call validates first
+            snapshot_checks=SNAPSHOT_CHECKS,
+        )
+        self.keys = list(range(config.num_keys))
+        self.batches: list[list[int]] = []  # store batches seen (a request's keys, prefix first)
+        self.evicted: list[int] = []  # keys evicted so far, most recent last
+        self.coverage: Counter[str] = Counter()
+        self._counter_checked = hasattr(self.target_h.m, "_num_evictable_cache_blocks")
+        self._check_counter()
+
+    # ------------------------------------------------------------ plumbing
+    @property
+    def steps(self) -> list[Step]:
+        return self.ls.steps
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Lockstep call, then the invariants that need the call's arguments; the spec's outcome."""
+        before = self.ls.after
+        try:
+            out = self.ls.call(method, *args)
+        except Divergence as exc:
+            raise self._explain(exc, method, args, before) from None
+        after = self.ls.after
+        problem = self._call_invariants(method, args, before, after, out.returned, out.raised)
+        if problem is not None:
+            raise self.ls.fail(*problem)
+        self._check_counter()
+        self._paths(method, args, before, after, out)
+        return out
+
+    def _check_counter(self) -> None:
+        if not self._counter_checked:
+            return
+        counter = self.target_h.m._num_evictable_cache_blocks
+        problem = inv.evictable_counter_matches_scan(self.ls.after, counter)
+        if problem:
+            raise self.ls.fail("evictable_counter_matches_scan", problem)
+
+    def _call_invariants(
+        self,
+        method: str,
+        args: Sequence[Any],
+        before: OffloadManagerSnapshot,
+        after: OffloadManagerSnapshot,
+        returned: Any,
+        raised: BaseException | None,
+    ) -> tuple[str, str] | None:
+        """``no_live_eviction`` and ``atomic_failure`` for one call on one side's snapshots."""
+        if method == "reset_cache":
+            return None
+        failed_store = raised is None and method == "prepare_store" and returned is None
+        if failed_store and inv.atomic_failure(before, after):
+            changed = before.differing_fields(after)
+            return "atomic_failure", f"prepare_store returned None but changed {changed}"
+        protected: list[Any] = []
+        released: list[Any] = []
+        if method == "prepare_store":
+            protected = _store_keys(before, args[0], self.config.store_threshold)
+        elif method == "complete_store" and not args[1]:
+            released = list(args[0])
+        problem = inv.offload_no_live_eviction(
+            before,
+            after,
+            may_evict=method == "prepare_store",
+            protected=protected,
+            released=released,
+        )
+        return None if problem is None else ("no_live_eviction", problem)
+
+    def _explain(
+        self, exc: Divergence, method: str, args: Sequence[Any], before: OffloadManagerSnapshot
+    ) -> Divergence:
+        """Name a divergence after the first invariant the target breaks on its own state, if any
+        (a more useful name than ``snapshot`` or ``return_value``)."""
+        if exc.check in (*STATE_INVARIANTS, "atomic_failure"):
+            return exc
+        step = exc.steps[-1]
+        try:
+            target_snap = _read(self.target_h)
+        except Exception:  # a target left in a state its own attributes cannot describe
+            return exc
+        checks: list[tuple[str, str | None]] = []
+        if step.spec.raised is not None or (
+            method == "prepare_store" and step.spec.returned is None
+        ):
+            checks.append(("atomic_failure", inv.atomic_failure(before, target_snap)))
+        found = self._call_invariants(
+            method, args, before, target_snap, step.target.returned, step.target.raised
+        )
+        if found is not None:
+            checks.insert(0, found)
+        s_ret, t_ret = step.spec.returned, step.target.returned
+        if (
+            method == "prepare_store"
+            and isinstance(s_ret, dict)
+            and isinstance(t_ret, dict)
+            and s_ret["evicted_keys"] != t_ret["evicted_keys"]
+        ):
+            evicted = f"evicted {t_ret['evicted_keys']}, spec evicted {s_ret['evicted_keys']}"
+            checks.append(("identical_eviction_order", evicted))
+        for name, predicate in _state_invariants(self.config.variant).items():
+            checks.append((name, predicate(target_snap)))
+        if self._counter_checked:
+            counter = getattr(self.target_h.m, "_num_evictable_cache_blocks", None)
+            if isinstance(counter, int):
+                checks.append(
+                    (
+                        "evictable_counter_matches_scan",
+                        inv.evictable_counter_matches_scan(target_snap, counter),
+                    )
+                )
+        for name, problem in checks:
+            if problem:
+                return Divergence(name, f"{problem} [{exc.check}: {exc.detail}]", exc.steps)
+        return exc
+
+    def _paths(
+        self,
+        method: str,
+        args: Sequence[Any],
+        before: OffloadManagerSnapshot,
+        after: OffloadManagerSnapshot,
+        out: Any,
+    ) -> None:
+        cov = self.coverage
+        cov[f"call:{method}"] += 1
+        if out.raised is not None:
+            cov[f"raise:{method}:{type(out.raised).__name__}"] += 1
+            return
+        if after.num_allocated_blocks == after.num_blocks and not after.free_list:
+            cov["path:pool_full"] += 1
+        if method == "prepare_store":
+            self._store_paths(args[0], before, out.returned)
+        elif method == "touch" and isinstance(before.policy, ARCSnapshot):
+            keys = set(args[0])
+            if keys & set(before.policy.b1):
+                cov["path:ghost_hit_b1"] += 1
+            if keys & set(before.policy.b2):
+                cov["path:ghost_hit_b2"] += 1
+            refs = _refs(before)
+            if any(refs.get(k, 0) < 0 for k in keys & set(before.policy.t1)):
+                cov["path:touch_pending_t1"] += 1
+            assert isinstance(after.policy, ARCSnapshot)
+            if after.policy.target_t1_size != before.policy.target_t1_size:
+                cov["path:target_moved"] += 1
+        elif method == "complete_store":
+            refs = _refs(before)
+            if any(refs.get(k, 0) < 0 for k in args[0]):
+                cov["path:store_completed" if args[1] else "path:store_failed"] += 1
+        elif method == "prepare_load" and len(set(args[0])) < len(args[0]):
+            cov["path:load_pins_twice"] += 1
+        elif method == "lookup" and out.returned == "HIT_PENDING":
+            cov["path:lookup_pending"] += 1
+
+    def _store_paths(self, keys: list[Any], before: OffloadManagerSnapshot, returned: Any) -> None:
+        cov = self.coverage
+        kept = _store_keys(before, keys, self.config.store_threshold)
+        need = _need(before, kept)
+        refs = _refs(before)
+        if len(kept) < len(keys):
+            cov["path:threshold_skipped"] += 1
+        if need <= 0:
+            return
+        if any(k in refs for k in kept):
+            cov["path:protected_input_key"] += 1
+        if any(r > 0 for r in refs.values()):
+            cov["path:evict_while_loading"] += 1
+        if any(r < 0 for r in refs.values()):
+            cov["path:evict_while_pending"] += 1
+        if returned is None:
+            idle = sum(1 for r in refs.values() if r == 0)
+            cov["path:guard_fast_fail" if need > idle else "path:failed_eviction"] += 1
+            return
+        cov["path:eviction"] += 1
+        victims = returned["evicted_keys"]
+        self.evicted.extend(victims)
+        if isinstance(before.policy, ARCSnapshot):
+            if len(keys) > len(before.policy.t1):
+                cov["path:batch_larger_than_t1"] += 1
+            for path in arc_selection_paths(before.policy, victims, set(kept)):
+                cov[f"path:{path}"] += 1
+
+    # ------------------------------------------------------------ views of the spec's state
+    def blocks(self) -> dict[Any, int]:
+        return _refs(self.ls.after)
+
+    def pending(self) -> list[Any]:
+        return [k for k, r in self.blocks().items() if r < 0]
+
+    def ready(self) -> list[Any]:
+        return [k for k, r in self.blocks().items() if r >= 0]
+
+    def loading(self) -> list[Any]:
+        """One entry per pin: a key loaded twice appears twice."""
+        return [k for k, r in self.blocks().items() for _ in range(max(r, 0))]
+
+    def ghosts(self) -> list[Any]:
+        p = self.ls.after.policy
+        return [*p.b1, *p.b2] if isinstance(p, ARCSnapshot) else []
+
+    # ------------------------------------------------------------ draws
+    def _sample(self, c: Chooser, pool: Sequence[Any], n: int) -> list[Any]:
+        """Up to ``n`` distinct items of ``pool`` in drawn order."""
+        rest, out = list(pool), list[Any]()
+        while rest and len(out) < n:
+            out.append(rest.pop(c.int(0, len(rest) - 1)))
+        return out
+
+    def key_pool(self) -> list[Any]:
+        """Every key once, plus the cached keys and the ghost (or recently evicted) keys again: one
+        draw from it favours keys whose handling differs."""
+        known = self.ghosts() or self.evicted[-self.config.num_blocks :]
+        return [*self.keys, *self.blocks(), *known]
+
+    def _draw_key(self, c: Chooser) -> Any:
+        return c.pick(self.key_pool())
+
+    def draw_batch(self, c: Chooser) -> list[Any]:
+        """Distinct keys for ``prepare_store``: often an earlier batch extended by new keys (the
+        same request storing its next blocks: already-stored and pending keys first); sizes from 1
+        to N + 2 (larger than T1, larger than the pool)."""
+        n = self.config.num_blocks
+        size = c.pick((1, 2, n, n + 1, n + 2, 3))
+        batch: list[Any] = []
+        if self.batches and c.chance(0.4):
+            batch = list(c.pick(self.batches))[: c.int(1, size)]
+        pool = self.key_pool()
+        for _ in range(2 * size):
+            if len(batch) >= size:
+                break
+            key = c.pick(pool)
+            if key not in batch:
+                batch.append(key)
+        return batch
+
+    def draw_touch(self, c: Chooser) -> list[Any]:
+        """Keys for ``touch``: a request's keys (prefix first), ghosts (moving the ARC target),
+        pending and ready blocks, unknown keys."""
+        if self.batches and c.chance(0.3):
+            return list(c.pick(self.batches))
+        keys = [self._draw_key(c) for _ in range(c.int(0, 4))]
+        if self.ghosts() and c.chance(0.4):
+            keys.insert(0, c.pick(self.ghosts()))
+        return keys
+
+    # ------------------------------------------------------------ operations (simple first)
+    def lookup(self, c: Chooser) -> None:
+        """One lookup, or the connector's prefix lookup: key by key until the first miss."""
+        if self.batches and c.chance(0.4):
+            for key in c.pick(self.batches):
+                if self.call("lookup", key).returned == "MISS":
+                    break
+        else:
+            self.call("lookup", self._draw_key(c))
+
+    def take_events(self, c: Chooser) -> None:
+        self.call("take_events")
+
+    def touch(self, c: Chooser) -> None:
+        self.call("touch", self.draw_touch(c))
+
+    def prepare_store(self, c: Chooser) -> None:
+        """Store a batch; with the tracker on, look its keys up first (so some pass the filter);
+        sometimes followed by the connector's touch of the whole batch (§1.3)."""
+        batch = self.draw_batch(c)
+        if self.config.store_threshold >= 2 and c.chance(0.6):
+            for key in batch[: c.int(0, len(batch))]:
+                self.call("lookup", key)
+        out = self.call("prepare_store", batch)
+        if out.raised is None and out.returned is not None:
+            self.batches = [*self.batches[-7:], batch]
+            if out.returned["keys_to_store"] and c.chance(0.3):
+                self.call("touch", batch)
+
+    def store_and_complete(self, c: Chooser) -> None:
+        """A whole store: ``prepare_store``, then ``complete_store`` of what it allocated (usually
+        all of it, succeeding) — fills the cache with idle blocks quickly."""
+        out = self.call("prepare_store", self.draw_batch(c))
+        if out.raised is None and out.returned is not None and out.returned["keys_to_store"]:
+            self.batches = [*self.batches[-7:], list(self.steps[-1].args[0])]
+            keys = list(out.returned["keys_to_store"])
+            if c.chance(0.2):
+                keys = self._sample(c, keys, c.int(1, len(keys)))
+            self.call("complete_store", keys, not c.chance(0.1))
+
+    def touch_ghosts(self, c: Chooser) -> None:
+        """Touch ghost keys (B1 raises the ARC target, B2 lowers it), sometimes with a cached key."""
+        keys = self._sample(c, self.ghosts(), c.int(1, 2))
+        if self.blocks() and c.chance(0.3):
+            keys.append(c.pick(list(self.blocks())))
+        self.call("touch", keys)
+
+    def complete_store(self, c: Chooser) -> None:
+        """A subset of the pending keys, in drawn order, succeeding or failing; sometimes with a
+        ready or unknown key mixed in (skipped, as upstream)."""
+        pending = self.pending()
+        keys = self._sample(c, pending, c.int(1, len(pending)))
+        if c.chance(0.2):
+            keys.insert(c.int(0, len(keys)), c.pick(self.keys))
+        self.call("complete_store", keys, c.chance(0.75))
+
+    def prepare_load(self, c: Chooser) -> None:
+        """Pin ready keys (a key may repeat: pinned twice)."""
+        ready = self.ready()
+        self.call("prepare_load", [c.pick(ready) for _ in range(c.int(1, 3))])
+
+    def complete_load(self, c: Chooser) -> None:
+        """Unpin a sub-multiset of the pins."""
+        loading = self.loading()
+        self.call("complete_load", self._sample(c, loading, c.int(1, len(loading))))
+
+    def reset_cache(self, c: Chooser) -> None:
+        self.call("reset_cache")
+        self.evicted.clear()
+
+    def complete_unknown(self, c: Chooser) -> None:
+        """``complete_store`` of keys that are not pending (unknown or ready): skipped, no change."""
+        pending = set(self.pending())
+        keys = [k for k in self._sample(c, self.keys, c.int(1, 3)) if k not in pending]
+        self.call("complete_store", keys, c.chance(0.5))
+
+    def bad_duplicate_store(self, c: Chooser) -> None:
+        """A ``prepare_store`` batch with a repeated key: ``InvalidArgument``, nothing changes."""
+        batch = self.draw_batch(c)
+        batch.insert(c.int(0, len(batch)), c.pick(batch))
+        self.call("prepare_store", batch)
+
+    def bad_load(self, c: Chooser) -> None:
+        """``prepare_load`` of a missing or pending key, sometimes after good keys."""
+        cached = set(self.blocks())
+        bad_keys = self.pending() + [k for k in self.keys if k not in cached]
+        keys = [c.pick(self.ready())] if self.ready() and c.chance(0.5) else []
+        keys.insert(c.int(0, len(keys)), c.pick(bad_keys))
+        self.call("prepare_load", keys)
+
+    def bad_complete_load(self, c: Chooser) -> None:
+        """``complete_load`` of an unknown, pending or idle key, or of a pin completed twice."""
+        choice = c.int(0, 3)
+        idle = [k for k, r in self.blocks().items() if r == 0]
+        if choice == 1 and self.pending():
+            keys = [c.pick(self.pending())]
+        elif choice == 2 and idle:
+            keys = [c.pick(idle)]
+        elif choice == 3 and self.loading():
+            key = c.pick(self.loading())
+            keys = [key] * (self.blocks()[key] + 1)
+        else:
+            keys = [c.pick([k for k in self.keys if k not in self.blocks()] or self.keys)]
+        if self.loading() and c.chance(0.3):
+            keys.insert(0, c.pick(self.loading()))
+        self.call("complete_load", keys)
+
+
+class Facts(NamedTuple):
+    """What the enabled-operation predicates read, computed once per step."""
+
+    pending: bool
+    ready: bool
+    loading: bool
+    ghosts: bool
+    filled: bool  # every id has been handed out at least once
+
+    @classmethod
+    def of(cls, d: Driver) -> Facts:
+        s = d.ls.after
+        refs = [r for _, _, r in s.policy.blocks]
+        p = s.policy
+        return cls(
+            any(r < 0 for r in refs),
+            any(r >= 0 for r in refs),
+            any(r > 0 for r in refs),
+            isinstance(p, ARCSnapshot) and bool(p.b1 or p.b2),
+            s.num_allocated_blocks == s.num_blocks,
+        )
+
+
+OPERATIONS: list[tuple[str, int, Callable[[Facts], bool]]] = [
+    ("lookup", 4, lambda f: True),
+    ("take_events", 2, lambda f: True),
+    ("touch", 8, lambda f: True),
+    ("touch_ghosts", 3, lambda f: f.ghosts),
+    ("prepare_store", 12, lambda f: True),
+    ("store_and_complete", 6, lambda f: True),
+    ("complete_store", 10, lambda f: f.pending),
+    ("prepare_load", 7, lambda f: f.ready),
+    ("complete_load", 8, lambda f: f.loading),
+    ("reset_cache", 1, lambda f: f.filled),
+    ("complete_unknown", 1, lambda f: True),
+    ("bad_duplicate_store", 1, lambda f: True),
+    ("bad_load", 1, lambda f: True),
+    ("bad_complete_load", 1, lambda f: True),
+]
+
+
+# ============================================================================ hypothesis machine
+def make_machine(
+    target_cls: Callable[..., Any], policy: str, variant: str | None
+) -> type[RuleBasedStateMachine]:
+    """A lockstep ``RuleBasedStateMachine`` over the manager alphabet (one rule per operation)."""
+
+    class OffloadManagerLockstep(RuleBasedStateMachine):
+        drivers_started = 0
+        steps_run = 0
+        last_driver: Driver | None = None
+        coverage: ClassVar[Counter[str]] = Counter()
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.d: Driver
+
+        @initialize(data=st.data())
+        def manager(self, data: st.DataObject) -> None:
+            self.d = Driver(target_cls, draw_config(DataChooser(data), policy, variant))
+            cls = type(self)
+            cls.drivers_started += 1
+            cls.last_driver = self.d
+
+        def _run(self, op: str, data: st.DataObject) -> None:
+            before = len(self.d.steps)
+            try:
+                getattr(self.d, op)(DataChooser(data))
+            finally:
+                cls = type(self)
+                cls.steps_run += len(self.d.steps) - before
+                cls.coverage[f"rule:{op}"] += 1
+
+        # simple operations first: shrinking prefers them
+        @rule(data=st.data())
+        def lookup(self, data: st.DataObject) -> None:
+            self._run("lookup", data)
+
+        @rule(data=st.data())
+        def take_events(self, data: st.DataObject) -> None:
+            self._run("take_events", data)
+
+        @rule(data=st.data())
+        def touch(self, data: st.DataObject) -> None:
+            self._run("touch", data)
+
+        @precondition(lambda self: bool(self.d.ghosts()))
+        @rule(data=st.data())
+        def touch_ghosts(self, data: st.DataObject) -> None:
+            self._run("touch_ghosts", data)
+
+        @rule(data=st.data())
+        def prepare_store(self, data: st.DataObject) -> None:
+            self._run("prepare_store", data)
+
+        @rule(data=st.data())
+        def store_and_complete(self, data: st.DataObject) -> None:
+            self._run("store_and_complete", data)
+
+        @precondition(lambda self: bool(self.d.pending()))
+        @rule(data=st.data())
+        def complete_store(self, data: st.DataObject) -> None:
+            self._run("complete_store", data)
+
+        @precondition(lambda self: bool(self.d.ready()))
+        @rule(data=st.data())
+        def prepare_load(self, data: st.DataObject) -> None:
+            self._run("prepare_load", data)
+
+        @precondition(lambda self: bool(self.d.loading()))
+        @rule(data=st.data())
+        def complete_load(self, data: st.DataObject) -> None:
+            self._run("complete_load", data)
+
+        @precondition(lambda self: Facts.of(self.d).filled)
+        @rule(data=st.data())
+        def reset_cache(self, data: st.DataObject) -> None:
+            self._run("reset_cache", data)
+
+        @rule(data=st.data())
+        def complete_unknown(self, data: st.DataObject) -> None:
+            self._run("complete_unknown", data)
+
+        @rule(data=st.data())
+        def bad_duplicate_store(self, data: st.DataObject) -> None:
+            self._run("bad_duplicate_store", data)
+
+        @rule(data=st.data())
+        def bad_load(self, data: st.DataObject) -> None:
+            self._run("bad_load", data)
+
+        @rule(data=st.data())
+        def bad_complete_load(self, data: st.DataObject) -> None:
+            self._run("bad_complete_load", data)
+
+        def teardown(self) -> None:
+            type(self).coverage.update(self.d.coverage)
+
+        # invariants, named as in DESIGN.md (the driver also checks them after every call)
+        def _state(self, name: str) -> None:
+            problem = _state_invariants(self.d.config.variant)[name](_read(self.d.target_h))
+            if problem:
+                raise self.d.ls.fail(name, problem)
+
+        @invariant()
+        def arc_lists_bounded(self) -> None:
+            self._state("arc_lists_bounded")
+
+        @invariant()
+        def offload_ids_partition_pool(self) -> None:
+            self._state("offload_ids_partition_pool")
+
+        @invariant()
+        def lru_order_consistent(self) -> None:
+            self._state("lru_order_consistent")
+
+        @invariant()
+        def evictable_counter_matches_scan(self) -> None:
+            self.d._check_counter()
+
+    return OffloadManagerLockstep
+
+
+# ============================================================================ runners
+def _trace(target: str, config: Config, failure: Divergence) -> dict[str, Any]:
+    return trace_document(
+        component_of(config.policy), target, config.to_json(), failure.steps, failure
+    )
+
+
+def check(
+    target_cls: Callable[..., Any],
+    target: str,
+    settings: Any,
+    *,
+    policy: str = "arc",
+    variant: str | None = None,
+) -> RunResult:
+    """Run the lockstep machine under ``settings`` (``variant=None``: drawn per program)."""
+    return run_machine(
+        make_machine(target_cls, policy, variant),
+        settings,
+        target,
+        lambda d, exc: _trace(target, d.config, exc),
+    )
+
+
+def fuzz(
+    target_cls: Callable[..., Any],
+    target: str,
+    ops: int,
+    seed: int,
+    *,
+    policy: str = "arc",
+    variant: str | None = None,
+    episode_ops: int = 300,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Seeded differential fuzzing: episodes on fresh managers of drawn shape until ``ops`` calls
+    (``variant=None``: drawn per episode)."""
+
+    def new_driver(c: Chooser) -> Driver:
+        return Driver(target_cls, draw_config(c, policy, variant))
+
+    return fuzz_episodes(
+        target,
+        ops,
+        random.Random(seed),
+        new_driver=new_driver,
+        operations=OPERATIONS,
+        facts=Facts.of,
+        trace=lambda d, exc: _trace(target, d.config, exc),
+        episode_ops=episode_ops,
+        progress=progress,
+    )
+
+
+def replay(document: dict[str, Any], target_cls: Callable[..., Any], target: str) -> RunResult:
+    """Re-run a saved trace's calls on a fresh spec and ``target``; the same checks as ``check``."""
+    config = Config(**document["config"])
+    started = time.perf_counter()
+    try:
+        d = Driver(target_cls, config)
+        for step in document["steps"]:
+            d.call(step["method"], *decode(step["args"]))
+    except Divergence as exc:
+        return RunResult(
+            target,
+            False,
+            1,
+            len(exc.steps),
+            time.perf_counter() - started,
+            failure=exc,
+            trace=_trace(target, config, exc),
+        )
+    return RunResult(target, True, 1, len(d.steps), time.perf_counter() - started)
+
+
+def shrink_trace(
+    document: dict[str, Any],
+    target_cls: Callable[..., Any],
+    target: str,
+    *,
+    budget_seconds: float = 10.0,
+) -> dict[str, Any]:
+    """Delete calls from a failing trace while it still fails the same check and still replays
+    cleanly spec-vs-spec (delta debugging); the shortest found within ``budget_seconds``."""
+    check_name = (document.get("failure") or {}).get("check")
+
+    def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+        candidate = {**document, "steps": list(steps)}
+        result = replay(candidate, target_cls, target)
+        if result.passed or result.failure is None or result.failure.check != check_name:
+            return None
+        if not replay(candidate, SpecManager, "spec").passed:
+            return None
+        return result.trace
+
+    return shrink_steps(document, attempt, time.perf_counter() + budget_seconds)
