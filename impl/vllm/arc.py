@@ -16,25 +16,70 @@ exhausted iterator stays exhausted (never restarted, never ``StopIteration`` out
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
+from typing import TypeVar
 
 from spec.errors import InvalidArgument
 from spec.infinilm.block_manager import check_count
 from spec.vllm import BlockStatus, Key
 from spec.vllm.arc import ARCSnapshot, read_arc_policy
 
-__all__ = ["ARCCachePolicy", "ARCSnapshot"]
+__all__ = ["ARCCachePolicy", "ARCSnapshot", "one_pass_victims"]
+
+
+K = TypeVar("K")
+B = TypeVar("B")
 
 
 def _next_eligible(
-    entries: Iterator[tuple[Key, BlockStatus]], protected: AbstractSet[Key]
-) -> tuple[Key, BlockStatus] | None:
+    entries: Iterator[tuple[K, B]], eligible: Callable[[K, B], bool]
+) -> tuple[K, B] | None:
     """Advance ``entries`` to its next eligible entry; ``None`` (and exhausted) if there is none."""
     for key, block in entries:
-        if block.ref_cnt == 0 and key not in protected:
+        if eligible(key, block):
             return key, block
     return None
+
+
+def one_pass_victims(
+    t1: Iterable[tuple[K, B]],
+    t2: Iterable[tuple[K, B]],
+    t1_size: int,
+    target: int,
+    n: int,
+    t1_fallback: bool,
+    eligible: Callable[[K, B], bool],
+) -> list[tuple[K, B, bool]] | None:
+    """The pure kernel of ``evict``: same contract as :func:`spec.vllm.arc.rescan_victims`.
+
+    pre: n >= 0
+    post: _ is None or len(_) == n
+    One iterator per list for the whole call (#50992): each entry is visited at most once. The
+    #55461 fallback reuses the same T1 iterator; an exhausted iterator stays exhausted.
+    """
+    t1_iter, t2_iter = iter(t1), iter(t2)
+    virtual = t1_size
+    picks: list[tuple[K, B, bool]] = []
+    for _ in range(n):
+        if virtual >= target:
+            entry = _next_eligible(t1_iter, eligible)
+            if entry is not None:
+                virtual -= 1
+                picks.append((*entry, True))
+                continue
+        entry = _next_eligible(t2_iter, eligible)
+        if entry is not None:
+            picks.append((*entry, False))  # T2 picks leave the virtual T1 size alone
+            continue
+        if t1_fallback:
+            entry = _next_eligible(t1_iter, eligible)
+            if entry is not None:
+                virtual -= 1
+                picks.append((*entry, True))
+                continue
+        return None
+    return picks
 
 
 class ARCCachePolicy:
@@ -98,29 +143,16 @@ class ARCCachePolicy:
         if n == 0:
             return []
         t1, t2 = self.t1, self.t2
-        # One iterator per list for the whole call (#50992): no entry is visited twice.
-        t1_iter = iter(t1.items())
-        t2_iter = iter(t2.items())
-        target = int(self.target_t1_size)  # constant during the call: touch is not called here
-        virtual_t1_size = len(t1)
-        picks: list[tuple[Key, BlockStatus, bool]] = []
-        for _ in range(n):
-            if virtual_t1_size >= target:
-                entry = _next_eligible(t1_iter, protected)
-                if entry is not None:
-                    virtual_t1_size -= 1
-                    picks.append((*entry, True))
-                    continue
-            entry = _next_eligible(t2_iter, protected)
-            if entry is not None:
-                picks.append((*entry, False))  # T2 picks leave the virtual T1 size alone
-                continue
-            if self.t1_fallback:  # #55461: same T1 iterator, so still one visit per entry
-                entry = _next_eligible(t1_iter, protected)
-                if entry is not None:
-                    virtual_t1_size -= 1
-                    picks.append((*entry, True))
-                    continue
+        picks = one_pass_victims(
+            t1.items(),
+            t2.items(),
+            len(t1),
+            int(self.target_t1_size),  # constant during the call: touch is not called here
+            n,
+            self.t1_fallback,
+            lambda key, block: block.ref_cnt == 0 and key not in protected,
+        )
+        if picks is None:
             return None  # nothing mutated yet: atomic_failure
         b1, b2 = self.b1, self.b2
         for key, _, from_t1 in picks:  # deferred commit, in selection order

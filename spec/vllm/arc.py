@@ -24,15 +24,68 @@ iterators) must select the same victims in the same order.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from spec.errors import InvalidArgument
 from spec.infinilm.block_manager import check_count
 from spec.vllm import BlockEntry, BlockStatus, Key, block_entries
 
-__all__ = ["ARCCachePolicy", "ARCSnapshot", "read_arc_policy"]
+__all__ = ["ARCCachePolicy", "ARCSnapshot", "read_arc_policy", "rescan_victims"]
+
+
+K = TypeVar("K")
+B = TypeVar("B")
+
+
+def rescan_victims(
+    t1: Iterable[tuple[K, B]],
+    t2: Iterable[tuple[K, B]],
+    t1_size: int,
+    target: int,
+    n: int,
+    t1_fallback: bool,
+    eligible: Callable[[K, B], bool],
+) -> list[tuple[K, B, bool]] | None:
+    """ARC victim selection by rescanning (§2.3 variant A): the pure kernel of ``evict``.
+
+    ``t1``/``t2`` are ``(key, block)`` from the LRU end; ``t1_size`` is ``len(t1)``, ineligible
+    entries included; ``target`` is ``int(target_t1_size)``; ``eligible(key, block)`` is asked on
+    every visit, as the legacy rescan does.
+
+    pre: n >= 0
+    post: _ is None or len(_) == n
+    Returns ``[(key, block, from_t1), ...]`` in selection order, or ``None`` if fewer than ``n``
+    victims can be chosen. Per victim: the first eligible, not yet taken entry of T1 while the
+    virtual T1 size ``v`` (``t1_size`` minus T1 picks so far) is ``>= target``, else of T2, else
+    (``t1_fallback``, #55461) of T1.
+    """
+    t1, t2 = list(t1), list(t2)
+    taken: set[K] = set()
+    picks: list[tuple[K, B, bool]] = []
+
+    def first(entries: list[tuple[K, B]]) -> tuple[K, B] | None:
+        for key, block in entries:  # rescan from the LRU end every time
+            if eligible(key, block) and key not in taken:
+                return key, block
+        return None
+
+    virtual = t1_size
+    for _ in range(n):
+        from_t1 = virtual >= target
+        pick = first(t1) if from_t1 else None
+        if pick is None:
+            from_t1, pick = False, first(t2)
+        if pick is None and t1_fallback:
+            from_t1, pick = True, first(t1)
+        if pick is None:
+            return None
+        if from_t1:
+            virtual -= 1  # only T1 picks shrink the virtual T1 (§2.3)
+        picks.append((*pick, from_t1))
+        taken.add(pick[0])
+    return picks
 
 
 class ARCSnapshot(NamedTuple):
@@ -149,31 +202,17 @@ class ARCCachePolicy:
         check_count("n", n)
         if n == 0:
             return []
-        picks: list[tuple[Key, BlockStatus, bool]] = []  # (key, block, from_t1)
-        taken: set[Key] = set()
-
-        def first_eligible(
-            entries: OrderedDict[Key, BlockStatus],
-        ) -> tuple[Key, BlockStatus] | None:
-            for key, block in entries.items():  # rescan from the LRU end every time
-                if block.ref_cnt == 0 and key not in protected and key not in taken:
-                    return key, block
-            return None
-
-        virtual_t1_size = len(self.t1)
-        for _ in range(n):
-            from_t1 = virtual_t1_size >= int(self.target_t1_size)  # int() truncates the float
-            pick = first_eligible(self.t1) if from_t1 else None
-            if pick is None:
-                from_t1, pick = False, first_eligible(self.t2)
-            if pick is None and self.t1_fallback:  # #55461: T2 exhausted, fall back to T1
-                from_t1, pick = True, first_eligible(self.t1)
-            if pick is None:
-                return None  # atomic: nothing has been mutated yet
-            if from_t1:
-                virtual_t1_size -= 1  # only T1 picks shrink the virtual T1 (§2.3)
-            picks.append((*pick, from_t1))
-            taken.add(pick[0])
+        picks = rescan_victims(
+            self.t1.items(),
+            self.t2.items(),
+            len(self.t1),
+            int(self.target_t1_size),  # int() truncates the float target
+            n,
+            self.t1_fallback,
+            lambda key, block: block.ref_cnt == 0 and key not in protected,
+        )
+        if picks is None:
+            return None  # atomic: nothing has been mutated yet
         for key, _, from_t1 in picks:  # commit, in selection order
             if from_t1:
                 del self.t1[key]
