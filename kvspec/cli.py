@@ -535,6 +535,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kvspec import smoke
 
     smoke.add_parser(sub)
+
+    from kvspec import crosshair
+
+    crosshair.add_parser(sub)
     return parser
 
 

@@ -271,6 +271,12 @@ def _prove() -> tuple[str, str]:
     return prove.verify_stage()
 
 
+def _crosshair() -> tuple[str, str]:
+    from kvspec import crosshair
+
+    return crosshair.verify_stage()
+
+
 def _smoke() -> tuple[str, str]:
     from kvspec import smoke
 
@@ -292,6 +298,7 @@ def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage
         ("admission soundness (spec)", _soundness(5_000 if quick else 30_000)),
         ("admission predictor (example manifest)", _admission),
         ("z3 theorems (kvspec prove)", _prove),
+        ("crosshair (quick subset)", _crosshair),
         ("gpu smoke (tiny, CPU)", _smoke),
         ("bench reclaim (quick)", _bench("reclaim")),
         ("bench usable (quick)", _bench("usable")),

@@ -4,11 +4,12 @@ Optimisations, each guarded by the lockstep checker and measured by ``kvspec ben
 
 * PR #576: ``num_referenced`` counts pages with ``ref_count > 0`` so ``get_total_usable_blocks`` is
   ``N - num_referenced`` in O(1) instead of a scan of ``used``.
-* PR #578 (bounded reclamation), tightened: collect only as many candidates as will be evicted,
-  ``min(max(required - free, 1), unreferenced)`` (the ``1`` keeps quirk A), stop scanning as soon as
-  they are found, and return at once when ``used`` holds no unreferenced page. Collect first, evict
-  after, so the used set sees exactly the legacy sequence of removals (eviction order = set
-  iteration order depends on that history).
+* PR #578 (bounded reclamation), tightened (the pure kernel
+  :func:`impl.infinilm.kernels.bounded_reclaim`): collect only as many candidates as will be
+  evicted, ``min(max(required - free, 1), unreferenced)`` (the ``1`` keeps quirk A), stop scanning
+  as soon as they are found, and return at once when ``used`` holds no unreferenced page. Collect
+  first, evict after, so the used set sees exactly the legacy sequence of removals (eviction order
+  = set iteration order depends on that history).
 * Slots are produced page by page instead of with a division per token.
 
 Every other line keeps the spec's validation order so that bad input raises the same exception.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from impl.infinilm.kernels import bounded_reclaim
 from spec.errors import (
     DoubleFreeError,
     InvalidArgument,
@@ -311,32 +313,15 @@ class BlockManager:
     def try_free_blocks(self, num_required: int) -> bool:
         if type(num_required) is not int or num_required < 0:
             check_count("num_required", num_required)
-        free = self.free_block_ids
-        used = self.used_block_ids
+        free, used = self.free_block_ids, self.used_block_ids
         # relies on referenced_count_matches_live_pages: candidates = used - referenced
-        candidates = len(used) - self.num_referenced
-        if candidates == 0:
-            return len(free) >= num_required
-        limit = min(max(num_required - len(free), 1), candidates)  # >= 1 keeps quirk A
-        blocks = self.blocks
-        if limit == 1:  # the common case (and quirk A): the first candidate in set order
-            for block_id in used:
-                if blocks[block_id].ref_count == 0:
-                    break
-            self._deallocate_block(block_id)
-            return len(free) >= num_required
-        to_free: list[int] = []
-        found = 0
-        for block_id in used:
-            if blocks[block_id].ref_count == 0:
-                to_free.append(block_id)
-                found += 1
-                if found == limit:  # every page that will be evicted is collected: stop scanning
-                    break
+        victims, enough = bounded_reclaim(
+            used, self.blocks, len(free), num_required, len(used) - self.num_referenced
+        )
         deallocate = self._deallocate_block
-        for block_id in to_free:  # mutate only after the scan: same removal history as legacy
+        for block_id in victims:  # mutate only after the scan: same removal history as legacy
             deallocate(block_id)
-        return len(free) >= num_required
+        return enough
 
     def update_blocks_slot(
         self, block_table: Sequence[int], num_computed_tokens: int, total_tokens: int

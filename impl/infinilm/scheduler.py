@@ -9,6 +9,9 @@
   running tail, ``-= R(req)`` as soon as the decode loop dequeues one (before its ``is_finished``
   check). A request's table does not change while it sits in the queue, so the counter always
   equals the scan (``reservation_counter_matches_scan``) and admission is O(1).
+
+The pure cores (the snapshot decision, the counter's deltas) are :mod:`impl.infinilm.kernels`,
+shown equal to the legacy scans of :mod:`spec.infinilm.kernels` by ``kvspec crosshair``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from impl.infinilm.block_manager import BlockManager
+from impl.infinilm.kernels import add_reservation, remove_reservation, snapshot_due
 from spec.infinilm.block_manager import ceil_div
+from spec.infinilm.kernels import admits, scan_reservation
 from spec.infinilm.request import TERMINAL, InferenceRequest, RequestStatus
 from spec.infinilm.scheduler import (
     RESERVATIONS,
@@ -78,8 +83,10 @@ class Scheduler(SpecScheduler):
         # The scan itself, inlined (no per-request helper calls): it runs once per step on legacy.
         size = self.block_size
         if self._incremental:
-            return sum(running_reservation(self.reservation, r, size) for r in self.running_queue)
-        return sum(
+            return scan_reservation(
+                running_reservation(self.reservation, r, size) for r in self.running_queue
+            )
+        return scan_reservation(
             (r.sampling_params.max_tokens - r.get_num_generated_tokens() + size - 1) // size
             for r in self.running_queue._items
         )
@@ -106,24 +113,28 @@ class Scheduler(SpecScheduler):
             running = self._running_required_blocks()
         else:
             running = running_required_blocks
-        need = (
-            running
-            + ceil_div(
+        return admits(
+            running,
+            ceil_div(
                 req.prompt_length - num_local_computed_tokens + req.sampling_params.max_tokens,
                 self.block_size,
-            )
-            + self.pending_kv_decode_blocks
-            + current_prefill_extra_blocks
+            ),
+            self.pending_kv_decode_blocks,
+            current_prefill_extra_blocks,
+            self.cache_manager.get_total_usable_blocks(),
         )
-        return need <= self.cache_manager.get_total_usable_blocks()
 
     def _reserve(self, req: InferenceRequest) -> None:
         """A request joins the running queue: its decode reservation joins the counter."""
-        self._num_reserved += running_reservation(self.reservation, req, self.block_size)
+        self._num_reserved = add_reservation(
+            self._num_reserved, running_reservation(self.reservation, req, self.block_size)
+        )
 
     def _unreserve(self, req: InferenceRequest) -> None:
         """A request leaves the running queue (decode dequeue): its reservation leaves."""
-        self._num_reserved -= running_reservation(self.reservation, req, self.block_size)
+        self._num_reserved = remove_reservation(
+            self._num_reserved, running_reservation(self.reservation, req, self.block_size)
+        )
 
     def complete_requests(self, requests: Iterable[InferenceRequest]) -> None:
         for req in requests:
@@ -165,14 +176,9 @@ class Scheduler(SpecScheduler):
                 # _exceeds_token_budget, inlined
                 rejected = not is_async and bool(batch) and tokens + prompt - computed > budget
                 if not rejected:
-                    if (
-                        not self._incremental
-                        and running_required is None
-                        and (
-                            mamba is None
-                            or req.mamba_cache_index is not None
-                            or mamba.can_allocate()
-                        )
+                    if not self._incremental and snapshot_due(
+                        running_required,
+                        mamba is None or req.mamba_cache_index is not None or mamba.can_allocate(),
                     ):
                         running_required = self._running_required_blocks()
                     rejected = not self.can_accept_request(

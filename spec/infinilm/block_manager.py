@@ -36,6 +36,7 @@ from spec.errors import (
     RehashError,
     TableTooShort,
 )
+from spec.infinilm.kernels import legacy_reclaim
 from spec.infinilm.prefix_cache import EMPTY_BLOCK_HASH
 from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager
 
@@ -359,18 +360,19 @@ class BlockManager:
     def try_free_blocks(self, num_required: int) -> bool:
         """Evict unreferenced used pages until ``num_required`` are free (reference §3.8).
 
-        Legacy algorithm: collect every ref-0 used page in set iteration order, then evict them one
-        by one, testing capacity *after* each eviction. Hence quirk A (one page is evicted even if
-        capacity already suffices, when a candidate exists) and quirk B (on failure every candidate
-        has been evicted). Returns whether ``num_required`` pages are free at the end.
+        Legacy algorithm (the pure kernel :func:`spec.infinilm.kernels.legacy_reclaim`): collect
+        every ref-0 used page in set iteration order, then evict them one by one, testing capacity
+        *after* each eviction. Hence quirk A (one page is evicted even if capacity already
+        suffices, when a candidate exists) and quirk B (on failure every candidate has been
+        evicted). Returns whether ``num_required`` pages are free at the end.
         """
         check_count("num_required", num_required)
-        to_free = [i for i in self.used_block_ids if self.blocks[i].ref_count == 0]
-        for block_id in to_free:
-            self._deallocate_block(block_id)  # evict first (quirk A) ...
-            if self.can_allocate(num_required):  # ... then test
-                return True
-        return self.can_allocate(num_required)  # quirk B: all candidates are gone on failure
+        victims, enough = legacy_reclaim(
+            self.used_block_ids, self.blocks, len(self.free_block_ids), num_required
+        )
+        for block_id in victims:  # quirk A: at least one if any; quirk B: all of them on failure
+            self._deallocate_block(block_id)
+        return enough
 
     def update_blocks_slot(
         self, block_table: Sequence[int], num_computed_tokens: int, total_tokens: int

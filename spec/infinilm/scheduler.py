@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from spec.errors import InvalidArgument
 from spec.infinilm.block_manager import BlockManager, MambaCacheManager, ceil_div
+from spec.infinilm.kernels import admits, scan_reservation
 from spec.infinilm.request import InferenceRequest, RequestStatus
 
 RESERVATIONS = ("legacy", "exact", "tight")
@@ -223,13 +224,13 @@ class Scheduler:
         queue order is unchanged (reference §8.2 invariant 12) at O(R) queue operations per call.
         """
         queue = self.running_queue.sync_q
-        total = 0
+        needs = []
         for _ in range(queue.qsize()):
             req = queue.get_nowait()
             assert req is not None
-            total += running_reservation(self.reservation, req, self.block_size)
+            needs.append(running_reservation(self.reservation, req, self.block_size))
             queue.put(req)
-        return total
+        return scan_reservation(needs)
 
     @property
     def num_reserved_decode_blocks(self) -> int:
@@ -267,8 +268,13 @@ class Scheduler:
             req.get_prompt_length() - num_local_computed_tokens + req.sampling_params.max_tokens,
             self.block_size,
         )
-        need = running + own + self.pending_kv_decode_blocks + current_prefill_extra_blocks
-        return need <= self.cache_manager.get_total_usable_blocks()
+        return admits(
+            running,
+            own,
+            self.pending_kv_decode_blocks,
+            current_prefill_extra_blocks,
+            self.cache_manager.get_total_usable_blocks(),
+        )
 
     # ----------------------------------------------------------------- request entry
     def add_request(self, req: InferenceRequest) -> None:

@@ -1,0 +1,562 @@
+"""The CrossHair checks behind ``kvspec crosshair``: one table, one runner, explicit budgets.
+
+Three kinds of check, each run as a subprocess of the CrossHair (or pytest) command line:
+
+* ``diffbehavior`` — ``crosshair diffbehavior LEGACY OPTIMISED``: the optimised kernel behaves as
+  the legacy one on every input CrossHair reaches. Pairs that need one signature go through the
+  plain-data adapters of :mod:`proofs.crosshair_pairs`.
+* ``contract`` — ``crosshair check --report_all``: the PEP 316 ``pre:``/``post:`` contracts of the
+  named kernels hold.
+* ``backend`` — pytest on :mod:`proofs.crosshair_properties`, whose properties run on Hypothesis'
+  CrossHair backend (``hypothesis-crosshair``).
+
+Verdicts. CrossHair is a search, so "found nothing" counts only when the search ran its whole
+budget without an error: ``pass`` needs diffbehavior's "No differences found" (or every
+postcondition "Confirmed"/"Not confirmed", or every property passing) and a clean exit. A
+difference, a violated postcondition or a failing property is ``fail``, with the example. A crash,
+a wall-clock timeout, a vacuous precondition, a postcondition that raises, CrossHair noticing
+nondeterminism — anything else — is ``inconclusive``, never a pass.
+
+Budgets. ``budget`` is ``--max_uninteresting_iterations`` (diffbehavior, contract) or
+``max_examples`` per property (backend); ``per_path_timeout`` is explicit too, and a generous
+wall-clock ``timeout`` only guards against hangs. CrossHair seeds its search, so with the same
+budget a run repeats itself (short of per-path timeouts under heavy load); a larger budget
+explores a superset. Budgets are measured, not guessed: at CrossHair's default (5 uninteresting
+iterations) diffbehavior misses five of the nine planted kernel bugs below; at ``PLANTED_BUDGET``
+(25) it finds all nine, and the real pairs run at four times that. ``--budget-scale`` multiplies
+budgets and timeouts.
+
+Planted checks (``PLANTED``) run the same commands on the kernels of
+:mod:`proofs.crosshair_mutants`; their ``expect`` is the finding, so a planted check passes when
+CrossHair reports the planted difference and fails when the budget missed it.
+
+Adding a kernel pair (for example vLLM's ARC eviction) is one :class:`Check` in ``CHECKS`` and one
+per planted variant in ``PLANTED``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ("diffbehavior", "contract", "backend")
+PROPERTIES = "proofs/crosshair_properties.py"
+
+__all__ = [
+    "CHECKS",
+    "PLANTED",
+    "VERIFY_PLANTED",
+    "Check",
+    "Outcome",
+    "check_mutant",
+    "crosshair_available",
+    "interpret",
+    "run",
+    "run_check",
+    "select",
+]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One CrossHair run with its budget.
+
+    ``targets``: diffbehavior — ``(legacy, optimised)`` qualified function names; contract — the
+    functions whose contracts are checked; backend — pytest node ids. ``expect``: ``"pass"`` for a
+    real check; ``"found"`` for a planted one (the difference, violation or failing property must
+    be reported). ``env``: extra environment for the subprocess (backend: the kernels under test).
+    """
+
+    name: str
+    kind: str
+    targets: tuple[str, ...]
+    budget: int
+    about: str
+    expect: str = "pass"
+    quick: bool = False  # part of ``kvspec verify``'s subset
+    per_path_timeout: float = 10.0
+    timeout: float = 600.0  # wall-clock guard, seconds, at budget scale 1
+    env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"check {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.expect not in ("pass", "found"):
+            raise ValueError(f"check {self.name}: expect must be pass or found")
+        if self.kind == "diffbehavior" and len(self.targets) != 2:
+            raise ValueError(f"check {self.name}: diffbehavior compares exactly two functions")
+
+
+@dataclass
+class Outcome:
+    name: str
+    kind: str
+    status: str  # pass | fail | inconclusive
+    seconds: float
+    detail: str
+    expected: str = "pass"  # what a pass means: "pass" (nothing found) or "found" (planted)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "status": self.status,
+            "seconds": round(self.seconds, 2),
+            "detail": self.detail,
+            "expected": self.expected,
+        }
+
+
+_K = "impl.infinilm.kernels"
+_S = "spec.infinilm.kernels"
+_P = "proofs.crosshair_pairs"
+_M = "proofs.crosshair_mutants"
+_COUNTER = "reservation_counter_matches_scan"
+_ADMISSIONS = "per_step_snapshot_admits_as_per_candidate_scan"
+_RECLAIM = "bounded_reclaim_evicts_as_legacy"
+
+CHECKS: tuple[Check, ...] = (
+    # ---------------------------------------------------------------- legacy vs optimised kernels
+    Check(
+        "reclaim-bounded-vs-legacy",
+        "diffbehavior",
+        (f"{_P}.legacy_reclaim_on_pages", f"{_P}.bounded_reclaim_on_pages"),
+        budget=100,
+        about="PR #578: bounded candidate scan evicts the pages legacy's full scan evicts",
+        quick=True,
+    ),
+    Check(
+        "admission-per-step-vs-per-candidate",
+        "diffbehavior",
+        (f"{_S}.per_candidate_admissions", f"{_K}.per_step_admissions"),
+        budget=100,
+        about="PR #579: one running-reservation snapshot per step, same admission decisions",
+        quick=True,
+    ),
+    Check(
+        "reservation-counter-vs-scan",
+        "diffbehavior",
+        (f"{_S}.reservations_by_scan", f"{_K}.reservations_by_counter"),
+        budget=100,
+        about="exact-reservation PR: the incremental counter equals the running-queue scan",
+        quick=True,
+    ),
+    # ---------------------------------------------------------------- contracts
+    Check(
+        "contract-bounded-reclaim",
+        "contract",
+        (f"{_P}.bounded_reclaim_on_pages",),
+        budget=50,
+        about="bounded_reclaim: a prefix of the candidates, >= 1 if any, all on failure, <= deficit",
+    ),
+    Check(
+        "contract-per-step-admissions",
+        "contract",
+        (f"{_K}.per_step_admissions", f"{_K}.snapshot_due"),
+        budget=50,
+        about="one decision per check; a failed mamba pre-check never admits; snapshot once",
+        quick=True,
+    ),
+    Check(
+        "contract-reservation-counter",
+        "contract",
+        (f"{_K}.reservations_by_counter", f"{_K}.add_reservation", f"{_K}.remove_reservation"),
+        budget=50,
+        about="counter deltas keep it >= 0; one value per event",
+        quick=True,
+    ),
+    Check(
+        "contract-legacy-kernels",
+        "contract",
+        (
+            f"{_P}.legacy_reclaim_on_pages",
+            f"{_S}.scan_reservation",
+            f"{_S}.admits",
+            f"{_S}.per_candidate_admissions",
+            f"{_S}.reservations_by_scan",
+        ),
+        budget=50,
+        about="the legacy kernels' own contracts (what the optimised ones are compared with)",
+    ),
+    # ---------------------------------------------------------------- hypothesis-crosshair
+    Check(
+        "backend-reservation-properties",
+        "backend",
+        (f"{PROPERTIES}::test_{_COUNTER}", f"{PROPERTIES}::test_{_ADMISSIONS}"),
+        budget=40,
+        about="hypothesis properties (counter vs scan, snapshot vs per-check scan) on CrossHair",
+        quick=True,
+    ),
+    Check(
+        "backend-reclaim-property",
+        "backend",
+        (f"{PROPERTIES}::test_{_RECLAIM}",),
+        budget=40,
+        about="hypothesis property bounded reclaim == legacy reclaim on CrossHair",
+    ),
+)
+
+
+def _planted(name: str, against: str, mutant: str, about: str) -> Check:
+    return Check(
+        f"planted-{name}",
+        "diffbehavior",
+        (against, f"{_M}.{mutant}"),
+        budget=PLANTED_BUDGET,
+        about=about,
+        expect="found",
+    )
+
+
+# The budget at which every planted variant is found (measured; CrossHair's default of 5 misses
+# five of the nine). The real pairs run at four times it (test_real_budgets_dominate_planted).
+PLANTED_BUDGET = 25
+_RECLAIM_LEGACY = f"{_P}.legacy_reclaim_on_pages"
+PLANTED: tuple[Check, ...] = (
+    _planted(
+        "reclaim-without-quirk-a", _RECLAIM_LEGACY, "reclaim_without_quirk_a", "#578: no max(.., 1)"
+    ),
+    _planted("reclaim-off-by-one", _RECLAIM_LEGACY, "reclaim_off_by_one", "bound one page short"),
+    _planted(
+        "reclaim-limit-ignores-free",
+        _RECLAIM_LEGACY,
+        "reclaim_limit_ignores_free",
+        "bound = required, not the deficit",
+    ),
+    _planted(
+        "reclaim-result-before-eviction",
+        _RECLAIM_LEGACY,
+        "reclaim_result_before_eviction",
+        "capacity read before evicting",
+    ),
+    _planted(
+        "reclaim-evicts-referenced",
+        _RECLAIM_LEGACY,
+        "reclaim_evicts_referenced",
+        "#578: candidate filter ref <= 1",
+    ),
+    _planted(
+        "reclaim-in-id-order",
+        _RECLAIM_LEGACY,
+        "reclaim_in_id_order",
+        "§9.3: id order, not set order",
+    ),
+    _planted(
+        "admission-hoists-extra",
+        f"{_S}.per_candidate_admissions",
+        "per_step_hoists_extra",
+        "#579: the snapshot hoists the prefill extra too",
+    ),
+    _planted(
+        "counter-skips-dequeue",
+        f"{_S}.reservations_by_scan",
+        "counter_skips_dequeue",
+        "exact PR: no decrement on the decode dequeue",
+    ),
+    _planted(
+        "counter-dequeues-tail",
+        f"{_S}.reservations_by_scan",
+        "counter_dequeues_tail",
+        "decrement of the newest request, not the head",
+    ),
+    Check(
+        "planted-contract-reclaim-one-short",
+        "contract",
+        (f"{_M}.reclaim_one_short_on_pages",),
+        budget=PLANTED_BUDGET,
+        about="the off-by-one bound under bounded_reclaim's contract",
+        expect="found",
+    ),
+    Check(
+        "planted-backend-counter-dequeues-tail",
+        "backend",
+        (f"{PROPERTIES}::test_{_COUNTER}",),
+        budget=40,
+        about="the counter-vs-scan property on the tail-decrement counter",
+        expect="found",
+        env=(("KVSPEC_CROSSHAIR_COUNTER", f"{_M}:counter_dequeues_tail"),),
+    ),
+)
+
+# ``kvspec verify`` runs the quick checks and these planted ones (one per kernel pair).
+VERIFY_PLANTED = (
+    "planted-reclaim-off-by-one",
+    "planted-admission-hoists-extra",
+    "planted-counter-skips-dequeue",
+)
+
+# The kill matrix (``kvspec mutants``): catalogue mutants whose bug is a kernel bug, and the planted
+# kernel variant that carries it.
+CATALOGUE_KERNELS = {
+    "reclaim_evicts_referenced_page": "planted-reclaim-evicts-referenced",
+    "reclaim_without_evict_one": "planted-reclaim-without-quirk-a",
+    "reclaim_in_id_order": "planted-reclaim-in-id-order",
+    "counter_not_decremented_on_dequeue": "planted-counter-skips-dequeue",
+}
+
+
+# ----------------------------------------------------------------------------- availability
+def crosshair_available() -> bool:
+    return importlib.util.find_spec("crosshair") is not None
+
+
+def hypothesis_crosshair_available() -> bool:
+    return importlib.util.find_spec("hypothesis_crosshair_provider") is not None
+
+
+# ----------------------------------------------------------------------------- selection
+def select(patterns: Sequence[str] | None, *, planted: bool = False) -> list[Check]:
+    """The checks named by (or matching, ``fnmatch``) one of ``patterns``, in table order; every
+    real check when None, plus the planted ones with ``planted``. A pattern may name a planted
+    check directly. Raises ``ValueError`` naming a pattern that matches nothing."""
+    pool = [*CHECKS, *PLANTED]
+    if not patterns:
+        return [*CHECKS, *(PLANTED if planted else ())]
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(c.name, pattern) for c in pool):
+            raise ValueError(f"no crosshair check named or matching {pattern!r}")
+    return [c for c in pool if any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
+
+
+# ----------------------------------------------------------------------------- commands
+def scaled(check: Check, scale: float) -> tuple[int, float]:
+    """The budget and the wall-clock timeout at ``scale``."""
+    return max(1, round(check.budget * scale)), check.timeout * max(scale, 1.0)
+
+
+def command(check: Check, scale: float = 1.0) -> list[str]:
+    budget, _ = scaled(check, scale)
+    if check.kind == "backend":
+        return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *check.targets]
+    budget_args = [
+        "--max_uninteresting_iterations",
+        str(budget),
+        "--per_path_timeout",
+        str(check.per_path_timeout),
+    ]
+    if check.kind == "diffbehavior":
+        return [sys.executable, "-m", "crosshair", "diffbehavior", *check.targets, *budget_args]
+    return [
+        sys.executable,
+        "-m",
+        "crosshair",
+        "check",
+        "--analysis_kind",
+        "PEP316",
+        "--report_all",
+        *budget_args,
+        *check.targets,
+    ]
+
+
+def environment(check: Check, scale: float = 1.0) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    if check.kind == "backend":
+        env["KVSPEC_CROSSHAIR_EXAMPLES"] = str(scaled(check, scale)[0])
+    env.update(check.env)
+    return env
+
+
+# ----------------------------------------------------------------------------- verdicts
+_LINE = re.compile(r"^(?P<where>.+?):(?P<line>\d+): (?P<level>info|error|warning): (?P<msg>.*)$")
+_OK_INFO = ("Confirmed over all paths.", "Not confirmed.")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _compact(text: str, limit: int = 600) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _diffbehavior(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str, str]:
+    """(finding, detail) with finding ``clean`` | ``found`` | ``inconclusive``."""
+    if "Traceback" in err or "Traceback" in out:
+        return "inconclusive", f"crosshair crashed: {_last_line(err or out)}"
+    if rc == 0 and "No differences found" in out:
+        m = re.search(r"attempted (\d+) iterations", out)
+        n = m.group(1) if m else "?"
+        how = (
+            "all paths exhausted"
+            if "All paths exhausted" in out
+            else "budget spent (no difference in any explored path)"
+        )
+        return "clean", f"no difference in {n} iterations; {how}"
+    if rc == 1 and "Given:" in out:
+        first = out[out.index("Given:") :].split("\nGiven:")[0]
+        for target in targets:  # the module paths say nothing the check's name does not
+            first = first.replace(target, target.rpartition(".")[2])
+        return "found", "difference: " + _compact(first)
+    return "inconclusive", f"exit {rc}: {_last_line(err or out)}"
+
+
+def _contract(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str, str]:
+    if "Traceback" in err or "Traceback" in out:
+        return "inconclusive", f"crosshair crashed: {_last_line(err or out)}"
+    if "contain no checkable functions" in err:
+        return "inconclusive", "no contracts found in " + ", ".join(targets)
+    lines = [m for m in (_LINE.match(line) for line in out.splitlines()) if m]
+    errors = [m for m in lines if m.group("level") == "error"]
+    violations = [m for m in errors if "Error while evaluating" not in m.group("msg")]
+    if violations:
+        m = violations[0]
+        return "found", (
+            f"violation at {Path(m.group('where')).name}:{m.group('line')}: "
+            + _compact(m.group("msg"))
+        )
+    if errors:
+        m = errors[0]
+        return "inconclusive", f"a contract could not be evaluated: {_compact(m.group('msg'))}"
+    vacuous = [m for m in lines if m.group("msg").startswith("Unable to meet precondition")]
+    if vacuous:
+        return "inconclusive", (
+            f"precondition never met at {Path(vacuous[0].group('where')).name}:"
+            f"{vacuous[0].group('line')} (vacuous contract)"
+        )
+    other = [m for m in lines if m.group("msg") not in _OK_INFO]
+    if other:
+        return "inconclusive", "unexpected crosshair message: " + _compact(other[0].group(0))
+    if rc != 0 or not lines:
+        return "inconclusive", f"exit {rc}, {len(lines)} postconditions reported: {_last_line(err)}"
+    confirmed = sum(m.group("msg") == _OK_INFO[0] for m in lines)
+    return "clean", (
+        f"{len(lines)} postconditions of {len(targets)} functions hold: {confirmed} confirmed "
+        f"over all paths, {len(lines) - confirmed} with no counterexample within the budget"
+    )
+
+
+def _backend(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str, str]:
+    summary = _last_line(out)
+    passed = re.search(r"(\d+) passed", summary)
+    if rc == 0 and passed and int(passed.group(1)) == len(targets) and "skipped" not in summary:
+        return "clean", f"{passed.group(1)} properties passed on the CrossHair backend"
+    if rc == 1 and "Falsifying example" in out:
+        start = out.index("Falsifying example")
+        example = out[start:].split("\n\n")[0]
+        example = "\n".join(line.removeprefix("E").strip() for line in example.splitlines())
+        return "found", "falsified: " + _compact(example)
+    return "inconclusive", f"pytest exit {rc}: {summary}"
+
+
+def interpret(
+    check: Check, rc: int, out: str, err: str, *, timed_out: bool = False
+) -> tuple[str, str]:
+    """The check's ``(status, detail)`` from a finished (or timed-out) subprocess."""
+    if timed_out:
+        finding, detail = "inconclusive", "timed out (wall clock) before the budget was spent"
+    elif check.kind == "diffbehavior":
+        finding, detail = _diffbehavior(rc, out, err, check.targets)
+    elif check.kind == "contract":
+        finding, detail = _contract(rc, out, err, check.targets)
+    else:
+        finding, detail = _backend(rc, out, err, check.targets)
+    if finding == "inconclusive":
+        return "inconclusive", detail
+    if check.expect == "pass":
+        return ("pass" if finding == "clean" else "fail"), detail
+    if finding == "found":  # planted: the finding is the point
+        return "pass", f"planted bug found — {detail}"
+    return "fail", f"planted bug NOT found within the budget — {detail}"
+
+
+# ----------------------------------------------------------------------------- running
+def run_check(check: Check, scale: float = 1.0) -> Outcome:
+    """Run one check as a subprocess and judge its output."""
+    started = time.perf_counter()
+    if not crosshair_available():
+        return Outcome(
+            check.name,
+            check.kind,
+            "inconclusive",
+            0.0,
+            "crosshair-tool is not installed",
+            check.expect,
+        )
+    if check.kind == "backend" and not hypothesis_crosshair_available():
+        return Outcome(
+            check.name,
+            check.kind,
+            "inconclusive",
+            0.0,
+            "hypothesis-crosshair is not installed (pip install hypothesis-crosshair)",
+            check.expect,
+        )
+    _, timeout = scaled(check, scale)
+    try:
+        proc = subprocess.run(
+            command(check, scale),
+            cwd=ROOT,
+            env=environment(check, scale),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        status, detail = interpret(check, proc.returncode, proc.stdout, proc.stderr)
+    except subprocess.TimeoutExpired:
+        status, detail = interpret(check, -1, "", "", timed_out=True)
+    budget, _ = scaled(check, scale)
+    unit = "examples per property" if check.kind == "backend" else "uninteresting iterations"
+    detail = f"{detail} [budget {budget} {unit}]"
+    return Outcome(
+        check.name, check.kind, status, time.perf_counter() - started, detail, check.expect
+    )
+
+
+def run(
+    checks: Iterable[Check],
+    scale: float = 1.0,
+    on_result: Callable[[Outcome], None] | None = None,
+    on_start: Callable[[Check], None] | None = None,
+) -> list[Outcome]:
+    outcomes = []
+    for check in checks:
+        if on_start is not None:
+            on_start(check)
+        outcome = run_check(check, scale)
+        outcomes.append(outcome)
+        if on_result is not None:
+            on_result(outcome)
+    return outcomes
+
+
+def check_mutant(m: Any, budget: float) -> Any:
+    """The kill matrix's ``crosshair`` checker (``kvspec mutants``): run the planted kernel variant
+    that carries catalogue mutant ``m``'s bug, under a wall-clock ``budget`` in seconds. Mutants
+    whose bug is not a pure-kernel bug are ``n/a``."""
+    from kvspec.mutants import Attempt
+
+    name = CATALOGUE_KERNELS.get(m.name)
+    if name is None or not crosshair_available():
+        return Attempt("crosshair", "n/a")
+    check = next(c for c in PLANTED if c.name == name)
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            command(check),
+            cwd=ROOT,
+            env=environment(check),
+            capture_output=True,
+            text=True,
+            timeout=budget,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Attempt("crosshair", "survived", time.perf_counter() - started, None, check.kind)
+    seconds = time.perf_counter() - started
+    status, _ = interpret(check, proc.returncode, proc.stdout, proc.stderr)
+    verdict = {"pass": "killed", "fail": "survived"}.get(status, "error")
+    return Attempt("crosshair", verdict, seconds, None, check.kind)
