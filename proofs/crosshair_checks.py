@@ -22,16 +22,21 @@ Budgets. ``budget`` is ``--max_uninteresting_iterations`` (diffbehavior, contrac
 wall-clock ``timeout`` only guards against hangs. CrossHair seeds its search, so with the same
 budget a run repeats itself (short of per-path timeouts under heavy load); a larger budget
 explores a superset. Budgets are measured, not guessed: at CrossHair's default (5 uninteresting
-iterations) diffbehavior misses five of the nine planted kernel bugs below; at ``PLANTED_BUDGET``
-(25) it finds all nine, and the real pairs run at four times that. ``--budget-scale`` multiplies
-budgets and timeouts.
+iterations) diffbehavior misses five of the nine planted reclamation/admission/counter bugs below
+and one of the four planted ARC bugs (the restarted iterator, which needs three victims; all four
+are found from 10 on); at ``PLANTED_BUDGET`` (25) it finds all thirteen, and the real pairs run at
+four times that. ``--budget-scale`` multiplies budgets and timeouts.
 
 Planted checks (``PLANTED``) run the same commands on the kernels of
 :mod:`proofs.crosshair_mutants`; their ``expect`` is the finding, so a planted check passes when
 CrossHair reports the planted difference and fails when the budget missed it.
 
-Adding a kernel pair (for example vLLM's ARC eviction) is one :class:`Check` in ``CHECKS`` and one
-per planted variant in ``PLANTED``.
+Equivalent checks (``EQUIVALENT``) run a planted change that is *not* a bug (vLLM's "virtual T1
+size decremented on T2 picks"): they pass when CrossHair finds no difference within the budget —
+evidence of equivalence within that budget, never a proof.
+
+Adding a kernel pair is one :class:`Check` in ``CHECKS`` and one per planted variant in
+``PLANTED``; vLLM's ARC victim selection (``arc-*``) was added that way.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ PROPERTIES = "proofs/crosshair_properties.py"
 
 __all__ = [
     "CHECKS",
+    "EQUIVALENT",
     "PLANTED",
     "VERIFY_PLANTED",
     "Check",
@@ -151,6 +157,22 @@ CHECKS: tuple[Check, ...] = (
         about="exact-reservation PR: the incremental counter equals the running-queue scan",
         quick=True,
     ),
+    Check(
+        "arc-one-pass-vs-rescan",
+        "diffbehavior",
+        (f"{_P}.arc_rescan_every_n", f"{_P}.arc_one_pass_every_n"),
+        budget=100,
+        about="vLLM PR #50992: one iterator per list picks the rescan's ARC victims, in order, "
+        "for every n",
+        quick=True,
+    ),
+    Check(
+        "arc-one-pass-vs-rescan-t1-fallback",
+        "diffbehavior",
+        (f"{_P}.arc_rescan_every_n_with_fallback", f"{_P}.arc_one_pass_every_n_with_fallback"),
+        budget=100,
+        about="vLLM PR #55461: the T1 fallback on the same iterator picks the rescan's victims",
+    ),
     # ---------------------------------------------------------------- contracts
     Check(
         "contract-bounded-reclaim",
@@ -173,6 +195,19 @@ CHECKS: tuple[Check, ...] = (
         (f"{_K}.reservations_by_counter", f"{_K}.add_reservation", f"{_K}.remove_reservation"),
         budget=50,
         about="counter deltas keep it >= 0; one value per event",
+        quick=True,
+    ),
+    Check(
+        "contract-arc-one-pass",
+        "contract",
+        (
+            f"{_P}.arc_one_pass_on_flags",
+            f"{_P}.arc_one_pass_on_flags_with_fallback",
+            "impl.vllm.arc.one_pass_victims",
+        ),
+        budget=50,
+        about="one_pass_victims: n distinct eligible victims, LRU order per list; fails only if "
+        "T2 (no fallback) or both lists (fallback, O6) run out",
         quick=True,
     ),
     Check(
@@ -222,6 +257,8 @@ def _planted(name: str, against: str, mutant: str, about: str) -> Check:
 # five of the nine). The real pairs run at four times it (test_real_budgets_dominate_planted).
 PLANTED_BUDGET = 25
 _RECLAIM_LEGACY = f"{_P}.legacy_reclaim_on_pages"
+_ARC_RESCAN = f"{_P}.arc_rescan_every_n"
+_ARC_RESCAN_FALLBACK = f"{_P}.arc_rescan_every_n_with_fallback"
 PLANTED: tuple[Check, ...] = (
     _planted(
         "reclaim-without-quirk-a", _RECLAIM_LEGACY, "reclaim_without_quirk_a", "#578: no max(.., 1)"
@@ -269,6 +306,38 @@ PLANTED: tuple[Check, ...] = (
         "counter_dequeues_tail",
         "decrement of the newest request, not the head",
     ),
+    _planted(
+        "arc-restart-after-t2-pick",
+        _ARC_RESCAN,
+        "arc_restart_after_t2_pick",
+        "#50992 O5: T1 iterator restarted after a T2 pick",
+    ),
+    _planted(
+        "arc-stop-iteration",
+        _ARC_RESCAN,
+        "arc_stop_iteration",
+        "#50992 O5: next() without a default on an exhausted list",
+    ),
+    _planted(
+        "arc-missing-t1-fallback",
+        _ARC_RESCAN_FALLBACK,
+        "arc_no_fallback_with_fallback",
+        "#55461 O6: no T1 fallback once T2 runs out",
+    ),
+    _planted(
+        "arc-fallback-restarts-t1",
+        _ARC_RESCAN_FALLBACK,
+        "arc_fallback_restarts_t1_with_fallback",
+        "#55461 O5/O6: the fallback rescans T1 from the front",
+    ),
+    Check(
+        "planted-contract-arc-restart-after-t2-pick",
+        "contract",
+        (f"{_M}.arc_restart_after_t2_pick_on_flags",),
+        budget=50,  # contract-arc-one-pass's budget (found from 35 on; 25 misses it)
+        about="the restarted T1 iterator under one_pass_victims' contract (duplicate victim)",
+        expect="found",
+    ),
     Check(
         "planted-contract-reclaim-one-short",
         "contract",
@@ -288,11 +357,33 @@ PLANTED: tuple[Check, ...] = (
     ),
 )
 
+# Planted changes that are NOT bugs (``stateful_tests.mutants.EQUIVALENT_MUTANTS``): a pass (no
+# difference at the real pairs' budget, which finds every planted ARC bug at a quarter of it) is
+# evidence of equivalence within the budget, not a proof; the proof is the argument in the
+# variant's docstring. Run with ``--only 'equivalent-*'``; not part of the default run.
+EQUIVALENT: tuple[Check, ...] = (
+    Check(
+        "equivalent-arc-decrement-on-t2-pick",
+        "diffbehavior",
+        (_ARC_RESCAN, f"{_M}.arc_decrement_on_t2_pick"),
+        budget=100,
+        about="EQUIVALENT (not a bug): virtual T1 size also decremented on T2 picks",
+    ),
+    Check(
+        "equivalent-arc-decrement-on-t2-pick-t1-fallback",
+        "diffbehavior",
+        (_ARC_RESCAN_FALLBACK, f"{_M}.arc_decrement_on_t2_pick_with_fallback"),
+        budget=100,
+        about="EQUIVALENT (not a bug): the same, with the #55461 T1 fallback",
+    ),
+)
+
 # ``kvspec verify`` runs the quick checks and these planted ones (one per kernel pair).
 VERIFY_PLANTED = (
     "planted-reclaim-off-by-one",
     "planted-admission-hoists-extra",
     "planted-counter-skips-dequeue",
+    "planted-arc-restart-after-t2-pick",
 )
 
 # The kill matrix (``kvspec mutants``): catalogue mutants whose bug is a kernel bug, and the planted
@@ -302,6 +393,10 @@ CATALOGUE_KERNELS = {
     "reclaim_without_evict_one": "planted-reclaim-without-quirk-a",
     "reclaim_in_id_order": "planted-reclaim-in-id-order",
     "counter_not_decremented_on_dequeue": "planted-counter-skips-dequeue",
+    "arc_iterator_restarted_after_t2_pick": "planted-arc-restart-after-t2-pick",
+    "arc_stop_iteration_on_exhausted_list": "planted-arc-stop-iteration",
+    "arc_missing_t1_fallback": "planted-arc-missing-t1-fallback",
+    "arc_fallback_restarts_t1_iterator": "planted-arc-fallback-restarts-t1",
 }
 
 
@@ -317,9 +412,9 @@ def hypothesis_crosshair_available() -> bool:
 # ----------------------------------------------------------------------------- selection
 def select(patterns: Sequence[str] | None, *, planted: bool = False) -> list[Check]:
     """The checks named by (or matching, ``fnmatch``) one of ``patterns``, in table order; every
-    real check when None, plus the planted ones with ``planted``. A pattern may name a planted
-    check directly. Raises ``ValueError`` naming a pattern that matches nothing."""
-    pool = [*CHECKS, *PLANTED]
+    real check when None, plus the planted ones with ``planted``. A pattern may name a planted or
+    an equivalent check directly. Raises ``ValueError`` naming a pattern that matches nothing."""
+    pool = [*CHECKS, *PLANTED, *EQUIVALENT]
     if not patterns:
         return [*CHECKS, *(PLANTED if planted else ())]
     for pattern in patterns:

@@ -9,6 +9,9 @@ builds the table, and computes what the optimised kernel's caller maintains (the
 the way the invariant says it must be. The adapters carry the reclamation contracts that
 ``crosshair check`` verifies.
 
+vLLM's ARC victim selection gets the same treatment at the end of the module (``arc_*``: eligibility
+flags for lists, the selection for every ``n`` for diffbehavior, contracts on the impl kernel).
+
 diffbehavior ignores preconditions, so both sides refuse the same impossible inputs (a negative
 free-deque length or request) with the same exception: equal exceptions are equal behaviour, and
 the search for differences stays in the domain.
@@ -18,9 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from impl.infinilm.kernels import bounded_reclaim
+from impl.vllm.arc import one_pass_victims
 from spec.infinilm.kernels import PageTable, legacy_reclaim
+from spec.vllm.arc import rescan_victims
 
 Result = tuple[list[int], bool]
 BoundedKernel = Callable[[Iterable[int], PageTable, int, int, int], Result]
@@ -103,3 +109,145 @@ def bounded_reclaim_on_pages(refs: list[int], num_free: int, num_required: int) 
     post: len(__return__[0]) <= max(num_required - num_free, 1)
     """
     return _bounded_on_pages(refs, num_free, num_required)
+
+
+# ----------------------------------------------------------------------------- ARC victim selection
+# vLLM's ARC ``evict`` (shared/reference/vllm.md §2.3) delegates selection to a pure kernel:
+# ``spec.vllm.arc.rescan_victims`` (variant A: rescan from the LRU end for every victim) and
+# ``impl.vllm.arc.one_pass_victims`` (#50992: one monotonic iterator per list; the #55461 fallback
+# reuses the T1 iterator). The adapters run them on plain data: T1 and T2 as lists of eligibility
+# flags from the LRU end (the block *is* its flag and ``eligible(key, block)`` reads it, so
+# eligibility is fixed during the call, as ``evict`` guarantees), T1 keys ``0, 1, ...`` and T2 keys
+# ``-1, -2, ...`` (distinct, as in the policy), ``t1_size = len(t1)`` (ineligible entries
+# included, as ``evict`` passes it) and ``target`` standing for ``int(target_t1_size)``. ``evict``
+# keeps the target in ``[0, cache_capacity]``, and the capacity bounds nothing the kernels read (a
+# target above ``len(t1)`` behaves as ``len(t1) + 1``), so the domain is ``target >= 0``,
+# ``n >= 0``. A selection is ``[(key, from_t1), ...]`` in selection order, or ``None``.
+
+Picks = list[tuple[int, bool]] | None
+VictimKernel = Callable[..., list[tuple[Any, Any, bool]] | None]
+OnFlags = Callable[[list[bool], list[bool], int, int], Picks]
+
+
+def arc_lists(
+    t1: list[bool], t2: list[bool]
+) -> tuple[list[tuple[int, bool]], list[tuple[int, bool]]]:
+    """T1 and T2 as ``(key, block)`` entries from the LRU end, with distinct keys."""
+    return [(i, flag) for i, flag in enumerate(t1)], [(-1 - i, flag) for i, flag in enumerate(t2)]
+
+
+def arc_in_domain(target: int, n: int) -> None:
+    """Raise ``ValueError`` outside the domain (the same on both sides of a pair). The message
+    names no value: formatting a symbolic int realizes it, one wasted path per value."""
+    if target < 0 or n < 0:
+        raise ValueError("outside the domain: target < 0 or n < 0")
+
+
+def _eligible(key: int, block: bool) -> bool:
+    return block
+
+
+def arc_on_flags(kernel: VictimKernel, t1_fallback: bool) -> OnFlags:
+    """A victim-selection kernel (``rescan_victims``'s signature) on eligibility flags. Planted
+    variants reuse it."""
+
+    def run(t1: list[bool], t2: list[bool], target: int, n: int) -> Picks:
+        arc_in_domain(target, n)
+        t1_entries, t2_entries = arc_lists(t1, t2)
+        picks = kernel(t1_entries, t2_entries, len(t1), target, n, t1_fallback, _eligible)
+        return None if picks is None else [(key, from_t1) for key, _, from_t1 in picks]
+
+    suffix = "_with_fallback" if t1_fallback else ""
+    run.__name__ = run.__qualname__ = f"{kernel.__name__.lstrip('_')}_on_flags{suffix}"
+    return run
+
+
+def every_n(on_flags: OnFlags) -> Callable[[list[bool], int, int], list[Picks]]:
+    """The pair's diffbehavior signature: the selection for *every* ``n`` that matters, from T1
+    ``entries[:split]`` and T2 ``entries[split:]``.
+
+    Why no symbolic ``n``: a kernel's selection for ``n`` is the first ``n`` steps of one loop
+    that ``n`` only bounds, and the rescan fails by step ``len(entries) + 1``, so two such kernels
+    differ for some ``n`` iff they differ for some ``n <= len(entries) + 1``. CrossHair explores a
+    symbolic ``n`` poorly (most paths take ``n = 0``): the restarted-iterator bug needs three
+    victims and took ~160 uninteresting iterations to find with ``(t1, t2, target, n)``, 25 here.
+    One list and a split, rather than two lists, for the same reason (measured)."""
+
+    def run(entries: list[bool], split: int, target: int) -> list[Picks]:
+        # Spelled so that CrossHair's likelier branch (it favours the negation of ``a > b``,
+        # 3:1) stays in the domain; ``not 0 <= split`` sent most paths into the error branch.
+        if target < 0 or split < 0 or split > len(entries):
+            raise ValueError("outside the domain: target < 0 or split not in [0, len(entries)]")
+        t1, t2 = entries[:split], entries[split:]
+        return [on_flags(t1, t2, target, n) for n in range(len(entries) + 2)]
+
+    run.__name__ = run.__qualname__ = on_flags.__name__.replace("_on_flags", "_every_n")
+    return run
+
+
+def arc_well_formed(t1: list[bool], t2: list[bool], n: int, picks: Picks) -> bool:
+    """``picks`` is ``None`` or ``n`` distinct eligible entries, each flagged with its own list,
+    each list's picks in LRU order (what the rescan can return, short of its interleaving)."""
+    if picks is None:
+        return True
+    from_t1 = [key for key, in_t1 in picks if in_t1]
+    from_t2 = [-1 - key for key, in_t1 in picks if not in_t1]
+    return (
+        len(picks) == n
+        and all(0 <= i < len(t1) and t1[i] for i in from_t1)
+        and all(0 <= i < len(t2) and t2[i] for i in from_t2)
+        and from_t1 == sorted(set(from_t1))
+        and from_t2 == sorted(set(from_t2))
+    )
+
+
+_rescan = every_n(arc_on_flags(rescan_victims, False))
+_rescan_fallback = every_n(arc_on_flags(rescan_victims, True))
+_one_pass = every_n(arc_on_flags(one_pass_victims, False))
+_one_pass_fallback = every_n(arc_on_flags(one_pass_victims, True))
+_one_pass_on_flags = arc_on_flags(one_pass_victims, False)
+_one_pass_on_flags_fallback = arc_on_flags(one_pass_victims, True)
+
+
+def arc_rescan_every_n(entries: list[bool], split: int, target: int) -> list[Picks]:
+    """:func:`spec.vllm.arc.rescan_victims` (no T1 fallback, the #50992 state) for every ``n``."""
+    return _rescan(entries, split, target)
+
+
+def arc_rescan_every_n_with_fallback(entries: list[bool], split: int, target: int) -> list[Picks]:
+    """:func:`spec.vllm.arc.rescan_victims` with the #55461 T1 fallback, for every ``n``."""
+    return _rescan_fallback(entries, split, target)
+
+
+def arc_one_pass_every_n(entries: list[bool], split: int, target: int) -> list[Picks]:
+    """:func:`impl.vllm.arc.one_pass_victims` (no T1 fallback) for every ``n``."""
+    return _one_pass(entries, split, target)
+
+
+def arc_one_pass_every_n_with_fallback(entries: list[bool], split: int, target: int) -> list[Picks]:
+    """:func:`impl.vllm.arc.one_pass_victims` with the #55461 T1 fallback, for every ``n``."""
+    return _one_pass_fallback(entries, split, target)
+
+
+def arc_one_pass_on_flags(t1: list[bool], t2: list[bool], target: int, n: int) -> Picks:
+    """:func:`impl.vllm.arc.one_pass_victims` without the T1 fallback: well formed, and it fails
+    only if T2 holds fewer than ``n`` eligible entries.
+
+    pre: target >= 0 and n >= 0
+    post: arc_well_formed(t1, t2, n, __return__)
+    post: __return__ is not None or n > sum(t2)
+    """
+    return _one_pass_on_flags(t1, t2, target, n)
+
+
+def arc_one_pass_on_flags_with_fallback(
+    t1: list[bool], t2: list[bool], target: int, n: int
+) -> Picks:
+    """:func:`impl.vllm.arc.one_pass_victims` with the #55461 T1 fallback: well formed, and it
+    fails exactly when the two lists hold fewer than ``n`` eligible entries (O6).
+
+    pre: target >= 0 and n >= 0
+    post: arc_well_formed(t1, t2, n, __return__)
+    post: (__return__ is None) == (n > sum(t1) + sum(t2))
+    """
+    return _one_pass_on_flags_fallback(t1, t2, target, n)

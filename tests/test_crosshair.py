@@ -311,3 +311,110 @@ def test_kill_matrix_hook() -> None:
     killed = cc.check_mutant(SimpleNamespace(name="counter_not_decremented_on_dequeue"), 120.0)
     assert killed.checker == "crosshair" and killed.status == "killed", killed
     assert cc.check_mutant(SimpleNamespace(name="lifo_free_list"), 120.0).status == "n/a"
+
+
+# ----------------------------------------------------------------------------- ARC victim selection
+# vLLM's ARC eviction kernels (reference §2.3, §7.1 O5/O6): spec.vllm.arc.rescan_victims vs
+# impl.vllm.arc.one_pass_victims. The real pairs and the planted variants run in the parametrized
+# tests above (test_real_pair_shows_no_difference, test_planted_bug_is_found,
+# test_impl_kernel_contracts_hold); these pin the table, the adapters on the reference scenarios,
+# and the equivalent variant.
+ARC_REAL = ("arc-one-pass-vs-rescan", "arc-one-pass-vs-rescan-t1-fallback")
+ARC_PLANTED = {  # planted check -> catalogue mutant whose bug it carries
+    "planted-arc-restart-after-t2-pick": "arc_iterator_restarted_after_t2_pick",
+    "planted-arc-stop-iteration": "arc_stop_iteration_on_exhausted_list",
+    "planted-arc-missing-t1-fallback": "arc_missing_t1_fallback",
+    "planted-arc-fallback-restarts-t1": "arc_fallback_restarts_t1_iterator",
+}
+
+
+def test_arc_checks_are_in_the_tables() -> None:
+    checks = {c.name: c for c in (*cc.CHECKS, *cc.PLANTED, *cc.EQUIVALENT)}
+    assert len(checks) == len(cc.CHECKS) + len(cc.PLANTED) + len(cc.EQUIVALENT)
+    for name in ARC_REAL:
+        assert checks[name].kind == "diffbehavior" and checks[name].expect == "pass"
+    for name, mutant in ARC_PLANTED.items():
+        assert checks[name].kind == "diffbehavior" and checks[name].expect == "found"
+        assert checks[name].budget == cc.PLANTED_BUDGET
+        assert cc.CATALOGUE_KERNELS[mutant] == name
+    assert checks["contract-arc-one-pass"].quick
+    assert checks["planted-contract-arc-restart-after-t2-pick"].expect == "found"
+    for c in cc.EQUIVALENT:  # an equivalent variant passes when nothing is found
+        assert c.kind == "diffbehavior" and c.expect == "pass"
+        assert c.budget >= 4 * cc.PLANTED_BUDGET
+        for target in c.targets:
+            assert callable(_resolve(target)), (c.name, target)
+    assert [c.name for c in cc.select(["equivalent-*"])] == [c.name for c in cc.EQUIVALENT]
+    assert not {c.name for c in cc.EQUIVALENT} & {c.name for c in cc.select(None, planted=True)}
+
+
+def test_arc_adapters_on_the_reference_scenarios() -> None:
+    """Plain Python, no CrossHair: the adapters reproduce reference §2.3/§2.5 for both kernels."""
+    from proofs import crosshair_pairs as pairs
+
+    kernels = (pairs.arc_rescan_every_n, pairs.arc_one_pass_every_n)
+    with_fallback = (
+        pairs.arc_rescan_every_n_with_fallback,
+        pairs.arc_one_pass_every_n_with_fallback,
+    )
+    # #50992 test: T1 = [loading, protected], T2 = [c, d] idle, target 0, evict(2) -> [c, d].
+    for run in (*kernels, *with_fallback):
+        assert run([False, False, True, True], 2, 0)[2] == [(-1, False), (-2, False)]
+    # v matters: T1 = [a, b, c], T2 = [x, y] all idle, target 2, evict(3) -> [a, b, x].
+    for run in (*kernels, *with_fallback):
+        assert run([True] * 5, 3, 2)[3] == [(0, True), (1, True), (-1, False)]
+    # §2.5 (#55461): T1 = [3] idle, T2 = [1] pinned, target 2, evict(1): None, or 3 with fallback.
+    assert [run([True, False], 1, 2)[1] for run in kernels] == [None, None]
+    assert [run([True, False], 1, 2)[1] for run in with_fallback] == [[(0, True)]] * 2
+    for run in (*kernels, *with_fallback):  # out of the domain: the same error on both sides
+        for entries, split, target in (([True], -1, 0), ([True], 2, 0), ([True], 0, -1)):
+            with pytest.raises(ValueError, match="outside the domain"):
+                run(entries, split, target)
+    assert pairs.arc_one_pass_on_flags([True], [False], 0, 2) is None
+    assert pairs.arc_one_pass_on_flags_with_fallback([True, True], [False], 5, 2) == [
+        (0, True),
+        (1, True),
+    ]
+
+
+def test_arc_planted_variants_differ_on_a_witness() -> None:
+    """Plain Python: each planted ARC variant really is a bug (a witness input), and the
+    equivalent variant agrees with the rescan on every input of a small scope (exhaustive)."""
+    import itertools
+
+    from proofs import crosshair_mutants as mutants
+    from proofs import crosshair_pairs as pairs
+
+    rescan, rescan_fb = pairs.arc_rescan_every_n, pairs.arc_rescan_every_n_with_fallback
+    witnesses = [  # (legacy, variant, entries, split, target)
+        (rescan, mutants.arc_restart_after_t2_pick, [True, True], 1, 0),
+        (rescan_fb, mutants.arc_no_fallback_with_fallback, [True], 1, 2),
+        (rescan_fb, mutants.arc_fallback_restarts_t1_with_fallback, [True], 1, 0),
+    ]
+    for legacy, variant, entries, split, target in witnesses:
+        assert legacy(entries, split, target) != variant(entries, split, target), variant
+    assert rescan([True], 0, 0)[1] == [(-1, False)]
+    with pytest.raises(StopIteration):
+        mutants.arc_stop_iteration([True], 0, 0)
+    for size in range(5):
+        for entries in itertools.product((False, True), repeat=size):
+            for split, target in itertools.product(range(size + 1), range(size + 2)):
+                args = (list(entries), split, target)
+                assert mutants.arc_decrement_on_t2_pick(*args) == rescan(*args), args
+                assert mutants.arc_decrement_on_t2_pick_with_fallback(*args) == rescan_fb(*args)
+
+
+@needs_crosshair
+def test_equivalent_arc_variant_shows_no_difference() -> None:
+    """EVIDENCE OF EQUIVALENCE WITHIN THE BUDGET, NOT A PROOF: "virtual T1 size decremented on T2
+    picks" (vllm.md §2.3, O5; ``EQUIVALENT_MUTANTS`` in the catalogue) is not a bug. At the real
+    pairs' budget — four times the one at which CrossHair finds every planted ARC bug — it reports
+    no difference from the rescan. Why there is none is argued in
+    ``proofs.crosshair_mutants._decrement_on_t2_pick``. The catalogue runs it without the T1
+    fallback, as here; ``kvspec crosshair --only 'equivalent-*'`` adds the fallback pair (also no
+    difference, ~15 s), and test_arc_planted_variants_differ_on_a_witness checks both
+    exhaustively on every input of up to four entries."""
+    check = next(c for c in cc.EQUIVALENT if c.name == "equivalent-arc-decrement-on-t2-pick")
+    outcome = cc.run_check(check)
+    assert outcome.status == "pass", outcome.detail
+    assert outcome.detail.startswith("no difference"), outcome.detail
