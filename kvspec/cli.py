@@ -539,6 +539,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kvspec import crosshair
 
     crosshair.add_parser(sub)
+
+    from kvspec import explore
+
+    explore.add_parser(sub)
     return parser
 
 

@@ -265,6 +265,12 @@ def _bench(suite: str) -> Callable[[], tuple[str, str]]:
     return body
 
 
+def _explore() -> tuple[str, str]:
+    from kvspec import explore
+
+    return explore.verify_stage()
+
+
 def _prove() -> tuple[str, str]:
     from kvspec import prove
 
@@ -297,6 +303,7 @@ def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage
         ),
         ("admission soundness (spec)", _soundness(5_000 if quick else 30_000)),
         ("admission predictor (example manifest)", _admission),
+        ("exhaustive explorer (small scopes)", _explore),
         ("z3 theorems (kvspec prove)", _prove),
         ("crosshair (quick subset)", _crosshair),
         ("gpu smoke (tiny, CPU)", _smoke),
