@@ -372,6 +372,10 @@ def cmd_admission(args: argparse.Namespace) -> int:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """The kill matrix: every applicable checker against every planted bug."""
+    if args.generic:
+        from kvspec import generic_mutation
+
+        return generic_mutation.cmd(args)
     from kvspec import mutants
 
     checkers = args.checkers.split(",") if args.checkers else list(mutants.CHECKERS)
@@ -525,6 +529,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--update-readme", action="store_true", help="write the matrix into README.md's markers"
     )
     p.add_argument("--readme", default="README.md", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--generic",
+        action="store_true",
+        help="cosmic-ray over impl/ with kvspec's tests as the oracle (slow; see README)",
+    )
+    p.add_argument(
+        "--module", action="append", metavar="PATH", help="--generic: only this impl module"
+    )
+    p.add_argument(
+        "--sample", type=int, metavar="N", help="--generic: a seeded random sample per module"
+    )
+    p.add_argument("--seed", type=int, default=0, help="--generic: seed of --sample")
+    p.add_argument(
+        "--budget-per-module",
+        type=float,
+        metavar="SECONDS",
+        help="--generic: stop each module after SECONDS (what ran is a random sample)",
+    )
+    p.add_argument(
+        "--workdir", metavar="DIR", help="--generic: keep the copy and sessions here; reruns resume"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mutants)
 

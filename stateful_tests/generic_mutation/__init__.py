@@ -1,0 +1,1 @@
+"""Configuration and oracles for ``kvspec mutants --generic`` (cosmic-ray over impl/)."""
