@@ -1,10 +1,11 @@
 """``kvspec verify``: every stage that exists, on embedded defaults.
 
-Stages (later components and layers add theirs here), for the block manager and the scheduler:
-lockstep hypothesis machine (impl vs spec, ``ci`` profile); seeded differential fuzzer; planted
-bugs (every mutant must diverge under the fuzzer); the admission-soundness search and the kept
-counterexamples; the admission predictor on the example manifest; quick side-by-side benches
-(ratios, reported, never asserted).
+Stages: lockstep hypothesis machines (impl vs spec, ``ci`` profile) and seeded fuzzers for the
+block manager, the scheduler (three variants) and the offload manager (ARC and LRU, two variants
+each); the kill matrix's fuzzer column (every planted bug must die); admission soundness and the
+kept counterexamples; the admission predictor on the example manifest; the exhaustive explorer on
+small complete scopes; the z3 theorems; a quick CrossHair subset; the tiny CPU GPU-smoke; quick
+side-by-side benches (ratios, reported, never asserted).
 """
 
 from __future__ import annotations
