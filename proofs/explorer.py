@@ -62,6 +62,10 @@ from stateful_tests.lockstep import (
     save_trace,
     trace_document,
 )
+from stateful_tests.vllm_offload import COMPONENTS as OFFLOAD_COMPONENTS
+from stateful_tests.vllm_offload import VARIANTS as OFFLOAD_POLICY_VARIANTS
+from stateful_tests.vllm_offload import Config as OffloadConfig
+from stateful_tests.vllm_offload import ManagerHarness
 
 COMPONENTS = ("infinilm-block-manager", "infinilm-scheduler", "vllm-arc", "vllm-lru")
 Check = tuple[str, str]  # (check name, detail)
@@ -1152,10 +1156,8 @@ class BlockManagerModel(Model):
 
 
 # ============================================================================ vLLM offload (ARC, LRU)
-OFFLOAD_VARIANTS: dict[str, tuple[str, ...]] = {
-    "vllm-arc": ("no_fallback", "t1_fallback"),  # the #50992 state / #55461
-    "vllm-lru": ("v2", "v1"),  # #46216 (the #50992 state) / #37874
-}
+# component -> variants: the offload checker's table (one list of variant names)
+OFFLOAD_VARIANTS = {c: OFFLOAD_POLICY_VARIANTS[p] for c, p in OFFLOAD_COMPONENTS.items()}
 
 
 @dataclass(frozen=True)
@@ -1191,57 +1193,6 @@ class OffloadBounds:
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
-
-
-def _offload_keywords(component: str, variant: str) -> dict[str, Any]:
-    if component == "vllm-arc":
-        return {"arc_t1_fallback": True} if variant == "t1_fallback" else {}
-    return {"lru": "v1"} if variant == "v1" else {}
-
-
-class OffloadHarness:
-    """One offload manager behind JSON-able calls (the offload checker's harness shape: the same
-    method names, arguments and results, so its ``replay`` re-runs these traces)."""
-
-    def __init__(self, manager_cls: Callable[..., Any], config: Mapping[str, Any]) -> None:
-        component = "vllm-" + config["policy"]
-        self.m = manager_cls(
-            config["num_blocks"],
-            config["policy"],
-            config["enable_events"],
-            config["store_threshold"],
-            config["max_tracker_size"],
-            **_offload_keywords(component, config["variant"]),
-        )
-
-    def lookup(self, key: Any) -> str:
-        result = self.m.lookup(key)
-        return str(getattr(result, "name", result))
-
-    def prepare_store(self, keys: list[Any]) -> dict[str, list[Any]] | None:
-        out = self.m.prepare_store(keys)
-        if out is None:
-            return None
-        return {
-            "keys_to_store": list(out.keys_to_store),
-            "block_ids": [int(b) for b in out.store_spec.block_ids],
-            "evicted_keys": list(out.evicted_keys),
-        }
-
-    def complete_store(self, keys: list[Any], success: bool) -> None:
-        self.m.complete_store(keys, success=success)
-
-    def prepare_load(self, keys: list[Any]) -> list[int]:
-        return [int(b) for b in self.m.prepare_load(keys).block_ids]
-
-    def complete_load(self, keys: list[Any]) -> None:
-        self.m.complete_load(keys)
-
-    def touch(self, keys: list[Any]) -> None:
-        self.m.touch(keys)
-
-    def reset_cache(self) -> None:
-        self.m.reset_cache()
 
 
 def _relabel(snap: Any) -> tuple[Any, ...]:
@@ -1285,7 +1236,7 @@ _POLICY_ATTRIBUTES = frozenset(
 )
 
 
-def _clone_offload(h: OffloadHarness) -> OffloadHarness:
+def _clone_offload(h: ManagerHarness) -> ManagerHarness:
     """An exact clone of a harness around kvspec's own offload managers and policies: the generic
     :func:`clone`, unrolled (any other shape goes through :func:`clone`)."""
     from spec.vllm import BlockStatus
@@ -1293,7 +1244,7 @@ def _clone_offload(h: OffloadHarness) -> OffloadHarness:
     m = h.m
     policy = getattr(m, "_policy", None)
     if (
-        type(h) is not OffloadHarness
+        type(h) is not ManagerHarness
         or not hasattr(m, "__dict__")
         or not m.__dict__.keys() <= _MANAGER_ATTRIBUTES
         or not hasattr(policy, "__dict__")
@@ -1327,7 +1278,7 @@ def _clone_offload(h: OffloadHarness) -> OffloadHarness:
     state["_policy"].__dict__.update(pstate)
     manager = new(type(m))
     manager.__dict__.update(state)
-    harness = new(OffloadHarness)
+    harness = new(ManagerHarness)
     harness.m = manager
     return harness
 
@@ -1356,23 +1307,23 @@ class OffloadModel(Model):
             "offload_ids_partition_pool": inv.offload_ids_partition_pool,
             "lru_order_consistent": lambda s: inv.lru_order_consistent(s, lru),
         }
-        self.config = {
-            "policy": component.removeprefix("vllm-"),
-            "variant": bounds.variant,
-            "num_blocks": bounds.capacity,
-            "num_keys": bounds.keys,
-            "enable_events": False,
-            "store_threshold": 1,
-            "max_tracker_size": 8,
-        }
+        self.config = OffloadConfig(
+            policy=component.removeprefix("vllm-"),
+            variant=bounds.variant,
+            num_blocks=bounds.capacity,
+            num_keys=bounds.keys,
+            enable_events=False,
+            store_threshold=1,
+            max_tracker_size=8,
+        )
 
     def bounds(self) -> dict[str, Any]:
         return asdict(self.b)
 
     def initial(self) -> tuple[Any, Any, Any]:
         return (
-            OffloadHarness(self.spec_cls, self.config),
-            OffloadHarness(self.target_cls, self.config),
+            ManagerHarness(self.spec_cls, self.config),
+            ManagerHarness(self.target_cls, self.config),
             (),
         )
 
@@ -1380,7 +1331,7 @@ class OffloadModel(Model):
         return True  # every raising manager call validates first
 
     def trace_config(self) -> dict[str, Any]:
-        return dict(self.config)
+        return self.config.to_json()
 
     def replay(self, document: dict[str, Any]) -> Any:
         try:
