@@ -102,13 +102,73 @@ def same_exception(a: BaseException, b: BaseException) -> bool:
     return exception_kind(a) == exception_kind(b)
 
 
-def _invoke(obj: Any, method: str, args: list[Any]) -> Outcome:
+Check = tuple[str, str]
+"""A failed check: (check name, detail)."""
+
+
+def invoke(obj: Any, method: str, args: Sequence[Any]) -> Outcome:
+    """Call ``obj.method(*args)`` on private copies of the list arguments; what happened."""
+    call_args = _copy_args(args)
     try:
-        returned = getattr(obj, method)(*args)
+        returned = getattr(obj, method)(*call_args)
         raised = None
     except Exception as exc:  # both sides' exceptions are data to compare
         returned, raised = None, exc
-    return Outcome(returned, raised, [a for a in args if isinstance(a, list)])
+    return Outcome(returned, raised, [a for a in call_args if isinstance(a, list)])
+
+
+def compare_outcomes(spec_out: Outcome, target_out: Outcome) -> Check | None:
+    """The per-call comparison: exception kind, return value, in-place mutation of list
+    arguments (in that order; the first difference is the verdict)."""
+    s_exc, t_exc = spec_out.raised, target_out.raised
+    if (s_exc is None) != (t_exc is None) or (
+        s_exc is not None and t_exc is not None and not same_exception(s_exc, t_exc)
+    ):
+        return "exception", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
+    # raw equality first (cheap); encode() only to forgive tuple-vs-list style differences
+    if (
+        s_exc is None
+        and spec_out.returned != target_out.returned
+        and encode(spec_out.returned) != encode(target_out.returned)
+    ):
+        return "return_value", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
+    if spec_out.args_after != target_out.args_after and encode(spec_out.args_after) != encode(
+        target_out.args_after
+    ):
+        return (
+            "argument_mutation",
+            f"list arguments after the call: spec {spec_out.args_after} vs target "
+            f"{target_out.args_after}",
+        )
+    return None
+
+
+def compare_snapshots(
+    spec_snap: Any, target_snap: Any, snapshot_checks: Mapping[str, str]
+) -> Check | None:
+    """Equal snapshots, or the check named by the first differing field in ``snapshot_checks``
+    (``snapshot`` otherwise) with every differing field in the detail."""
+    if target_snap == spec_snap:
+        return None
+    fields = spec_snap.differing_fields(target_snap)
+    check = next((snapshot_checks[f] for f in fields if f in snapshot_checks), "snapshot")
+    diffs = "; ".join(
+        f"{f}: spec {getattr(spec_snap, f)!r} vs target {getattr(target_snap, f)!r}" for f in fields
+    )
+    return check, diffs
+
+
+def atomic_failure_check(
+    method: str, raised: BaseException, before: Any, target_snap: Any
+) -> Check | None:
+    """``atomic_failure``: a validate-first call that raised left the snapshot as it was."""
+    if target_snap == before:
+        return None
+    return (
+        "atomic_failure",
+        f"{method} raised {type(raised).__name__} but changed "
+        f"{before.differing_fields(target_snap)}",
+    )
 
 
 class Lockstep:
@@ -140,55 +200,26 @@ class Lockstep:
         return Divergence(check, detail, self.steps)
 
     def _compare_snapshots(self, target_snap: Any) -> None:
-        if target_snap != self.after:
-            fields = self.after.differing_fields(target_snap)
-            check = next(
-                (self.snapshot_checks[f] for f in fields if f in self.snapshot_checks), "snapshot"
-            )
-            diffs = "; ".join(
-                f"{f}: spec {getattr(self.after, f)!r} vs target {getattr(target_snap, f)!r}"
-                for f in fields
-            )
-            raise self.fail(check, diffs)
+        problem = compare_snapshots(self.after, target_snap, self.snapshot_checks)
+        if problem is not None:
+            raise self.fail(*problem)
 
     def call(self, method: str, *args: Any) -> Outcome:
         """Apply ``method(*args)`` to both sides; return the spec's outcome or raise Divergence."""
-        spec_out = _invoke(self.spec, method, _copy_args(args))
-        target_out = _invoke(self.target, method, _copy_args(args))
+        spec_out = invoke(self.spec, method, args)
+        target_out = invoke(self.target, method, args)
         self.steps.append(Step(method, list(args), spec_out, target_out))
-        s_exc, t_exc = spec_out.raised, target_out.raised
-        if (s_exc is None) != (t_exc is None) or (
-            s_exc is not None and t_exc is not None and not same_exception(s_exc, t_exc)
-        ):
-            raise self.fail(
-                "exception", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
-            )
-        # raw equality first (cheap); encode() only to forgive tuple-vs-list style differences
-        if (
-            s_exc is None
-            and spec_out.returned != target_out.returned
-            and encode(spec_out.returned) != encode(target_out.returned)
-        ):
-            raise self.fail(
-                "return_value", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
-            )
-        if spec_out.args_after != target_out.args_after and encode(spec_out.args_after) != encode(
-            target_out.args_after
-        ):
-            raise self.fail(
-                "argument_mutation",
-                f"list arguments after the call: spec {spec_out.args_after} vs target "
-                f"{target_out.args_after}",
-            )
+        problem = compare_outcomes(spec_out, target_out)
+        if problem is not None:
+            raise self.fail(*problem)
         self.before, self.after = self.after, self.reader(self.spec)
         target_snap = self.reader(self.target)
         self._compare_snapshots(target_snap)
-        if s_exc is not None and self.validate_first(method, s_exc) and target_snap != self.before:
-            raise self.fail(
-                "atomic_failure",
-                f"{method} raised {type(s_exc).__name__} but changed "
-                f"{self.before.differing_fields(target_snap)}",
-            )
+        s_exc = spec_out.raised
+        if s_exc is not None and self.validate_first(method, s_exc):
+            problem = atomic_failure_check(method, s_exc, self.before, target_snap)
+            if problem is not None:
+                raise self.fail(*problem)
         for name, predicate in self.state_invariants.items():
             problem = predicate(target_snap)
             if problem:
