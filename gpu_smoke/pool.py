@@ -2,7 +2,7 @@
 
 Layout (layer-major): ``[layers, 2, pages, page_size, kv_heads, head_dim]``; ``[:, 0]`` holds keys,
 ``[:, 1]`` values. Slot ``s`` is token ``s % page_size`` of page ``s // page_size``, the numbering
-the block manager's slot mappings use (reference infinilm.md §3.2).
+the block manager's slot mappings use (docs/infinilm.md §3.2).
 
 The pool starts as NaN and every page the block manager returns to its free list is set to NaN
 again before anyone can reuse it. A correct engine never reads a slot it has not written in the

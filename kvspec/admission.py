@@ -9,7 +9,7 @@ A manifest describes a pool and a few waves of requests by size only::
      "comment": "free text"}           # optional
 
 For each variant (``legacy``, ``exact``, ``tight``; spec/infinilm/scheduler.py) a fresh *spec*
-``Scheduler`` replays the engine loop of reference infinilm.md §5.1, one engine step being
+``Scheduler`` replays the engine loop of docs/infinilm.md §5.1, one engine step being
 ``schedule()``, then for every scheduled request ``commit_computed_tokens(req, P + g)`` and one
 appended token (a request whose ``g`` reaches ``max_tokens`` finishes, LENGTH), then
 ``complete_requests(batch)``:
@@ -291,3 +291,44 @@ def simulate(manifest: Manifest, variant: str) -> dict[str, Any]:
 def predict(manifest: Manifest) -> dict[str, dict[str, Any]]:
     """``{variant: simulate(manifest, variant)}`` for legacy, exact and tight."""
     return {variant: simulate(manifest, variant) for variant in RESERVATIONS}
+
+
+# ----------------------------------------------------------------------------- verify stages
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def soundness_stage(component: Any, quick: bool) -> tuple[str, str]:
+    """``kvspec verify``: the spec admits soundly without a PD connector (a fuzzed search per
+    variant with ``soundness``), and each variant's kept PD counterexample still fails."""
+    from spec.infinilm.scheduler import Scheduler as Spec
+    from stateful_tests.lockstep import load_trace
+
+    events = 5_000 if quick else 30_000
+    folder = _REPO / "stateful_tests" / "counterexamples"
+    parts = []
+    for variant in component.variants:
+        r = component.fuzz(
+            Spec,
+            "spec",
+            events,
+            0,
+            variant=variant,
+            soundness=True,
+            speculation=False,
+            connector=False,
+        )
+        if not r.passed:
+            detail = r.failure.detail if r.failure else ""
+            return "fail", f"{variant} unsound without a connector: {detail}"
+        trace = load_trace(folder / f"admission_soundness_{variant}.json")
+        if component.replay(trace, Spec, "spec", soundness=True).passed:
+            return "fail", f"{variant}: the kept PD counterexample no longer fails"
+        parts.append(f"{variant}: sound in {events:,} events, {len(trace['steps'])}-event PD cx")
+    return "pass", "; ".join(parts)
+
+
+def predictor_stage(component: Any, quick: bool) -> tuple[str, str]:
+    """``kvspec verify``: the admission predictor on the example manifest."""
+    result = predict(load_manifest(_REPO / "examples" / "admission_manifest.json"))
+    admitted = ", ".join(f"{v} {d['admitted']}" for v, d in result.items())
+    return "pass", f"example manifest, wave-2 admitted: {admitted}"

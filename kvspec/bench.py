@@ -570,3 +570,19 @@ def run_suite(suite: str, *, quick: bool = False, rounds: int | None = None) -> 
     if suite in BENCHES:
         return list(BENCHES[suite](n, quick))
     raise ValueError(f"unknown bench suite {suite!r}; choose one of {', '.join(SUITES)}")
+
+
+# the case fields a one-line summary names (default: every integer field but the PR's ratio)
+_SUMMARY_KEYS = {"arc": ("num_blocks", "evicted"), "lru": ("variant", "num_blocks", "evicted")}
+
+
+def summary_cell(suite: str, row: Row) -> str:
+    """One row as ``case/values: ratio×`` (with the goal when it is missed), for verify."""
+    keys = _SUMMARY_KEYS.get(suite)
+    case = "/".join(
+        str(v)
+        for k, v in row.case.items()
+        if (k in keys if keys else isinstance(v, int) and k != "pr_ratio")
+    )
+    missed = "" if row.goal is None or row.ratio >= row.goal else f" (goal {row.goal:g}×)"
+    return f"{case}: {row.ratio:,.1f}×{missed}"

@@ -1,136 +1,71 @@
-"""``kvspec``: the command line (shared/DESIGN.md "CLI contract").
+"""``kvspec``: the command line.
 
 Exit status: 0 everything checked holds, 1 a check failed (counterexample printed and saved),
-2 could not run (bad arguments, unknown target, missing optional dependency), said in one line.
-Human tables go to stdout, progress to stderr; ``--json`` prints exactly one JSON document.
+2 could not run (bad arguments, unknown component or target, missing optional dependency), said in
+one line. Human tables go to stdout, progress to stderr; ``--json`` prints exactly one JSON
+document. Components, their variants and flags, bench suites and planted bugs come from the
+registry (:mod:`kvspec.components`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.text import Text
 
-from kvspec.targets import COMPONENTS, TargetError, load_target
+from kvspec import components
+from kvspec.components import Component, ComponentError
+from kvspec.output import (
+    ERR,
+    OUT,
+    TRACE_DIR,
+    UsageError,
+    could_not_run,
+    emit,
+    print_counterexample,
+    print_coverage,
+    progress,
+    trace_path,
+)
+from kvspec.targets import TargetError, load_target
 from stateful_tests.profiles import shrink_budget
-
-OUT = Console(highlight=False)
-ERR = Console(stderr=True, highlight=False)
-TRACE_DIR = Path(".kvspec/traces")
-
-
-class UsageError(Exception):
-    """Bad arguments: exit 2 with one line."""
 
 
 # ----------------------------------------------------------------------------- helpers
-@contextmanager
-def progress(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr; yields ``update(completed)``."""
-    if not enabled or not ERR.is_terminal:
-        yield lambda completed: None
-        return
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:,}"),
-        TimeElapsedColumn(),
-        console=ERR,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda completed: bar.update(task, completed=completed)
-
-
-def _component(name: str) -> str:
-    if name not in COMPONENTS:
-        raise TargetError(
-            f"unknown or not yet built component {name!r} (available: {', '.join(sorted(COMPONENTS))})"
-        )
-    return name
-
-
-def _checker(component: str) -> Any:
-    """The checker module of a component (check, fuzz, replay, shrink_trace)."""
-    import importlib
-
-    return importlib.import_module(
-        {
-            "infinilm-block-manager": "stateful_tests.infinilm_block_manager",
-            "infinilm-scheduler": "stateful_tests.infinilm_scheduler",
-            "vllm-arc": "stateful_tests.vllm_offload",
-            "vllm-lru": "stateful_tests.vllm_offload",
-        }[component]
-    )
-
-
-def _options(args: argparse.Namespace, component: str) -> dict[str, Any]:
-    """Component-specific checker options: the scheduler's reservation variant and soundness; the
-    vLLM offload manager's cache policy and variant (ARC no_fallback/t1_fallback, LRU v1/v2)."""
-    variant = getattr(args, "variant", None)
-    soundness = getattr(args, "soundness", False)
-    if component in ("vllm-arc", "vllm-lru"):
-        from stateful_tests.vllm_offload import VARIANTS
-
-        if soundness:
-            raise UsageError(f"--soundness applies to infinilm-scheduler, not {component}")
-        policy = component.removeprefix("vllm-")
-        if variant is not None and variant not in VARIANTS[policy]:
-            raise UsageError(
-                f"unknown {component} variant {variant!r}; choose one of "
-                f"{', '.join(VARIANTS[policy])}"
-            )
-        return {"policy": policy, "variant": variant}
-    if component != "infinilm-scheduler":
-        if variant or soundness:
-            raise UsageError(f"--variant/--soundness apply to infinilm-scheduler, not {component}")
-        return {}
-    from spec.infinilm.scheduler import RESERVATIONS
-
-    if variant is not None and variant not in RESERVATIONS:
-        raise UsageError(f"unknown variant {variant!r}; choose one of {', '.join(RESERVATIONS)}")
-    return {"reservation": variant, "soundness": soundness}
+def _component(args: argparse.Namespace) -> tuple[Component, str | None, Mapping[str, Any]]:
+    """The component named on the command line, its ``--variant`` and its flags."""
+    comp = components.get(args.component)
+    variant = comp.check_variant(getattr(args, "variant", None))
+    return comp, variant, components.options_of(comp, vars(args))
 
 
 def _save_trace(trace: dict[str, Any], component: str, target: str) -> Path:
     from stateful_tests.lockstep import save_trace
 
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in target)[-80:]
-    stem = f"{component}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 0
-    while (TRACE_DIR / f"{stem}{'-' + str(n) if n else ''}.json").exists():
-        n += 1  # two failures in the same second must not overwrite each other
-    return save_trace(trace, TRACE_DIR, f"{stem}{'-' + str(n) if n else ''}")
+    return save_trace(trace, TRACE_DIR, trace_path(TRACE_DIR, f"{component}-{target[-80:]}"))
 
 
 def _counterexample(
     result: Any,
-    component: str,
+    comp: Component,
     cls: Any = None,
     shrink_seconds: float = 0.0,
     save: bool = True,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The failing trace, delta-debugged for ``shrink_seconds`` when a target class is given."""
     if result.failure is None:
         return None
     trace = result.trace
     if trace is not None and cls is not None and shrink_seconds > 0:
-        extra = {"soundness": True} if (options or {}).get("soundness") else {}
-        trace = _checker(component).shrink_trace(
-            trace, cls, result.target, budget_seconds=shrink_seconds, **extra
+        trace = comp.shrink(
+            trace, cls, result.target, budget_seconds=shrink_seconds, **(options or {})
         )
-    path = _save_trace(trace, component, result.target) if trace and save else None
+    path = _save_trace(trace, comp.name, result.target) if trace and save else None
     failure = (trace or {}).get("failure") or {}
     return {
         "check": failure.get("check", result.failure.check),
@@ -138,39 +73,6 @@ def _counterexample(
         "steps": trace["steps"] if trace else [],
         "trace_file": str(path) if path else None,
     }
-
-
-def _short(value: Any) -> str:
-    """Compact argument text for step tables: hashes as their first 8 hex digits."""
-    if isinstance(value, dict) and "bytes" in value:
-        return "h:" + value["bytes"][:8]
-    if isinstance(value, list):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
-    return json.dumps(value)
-
-
-def print_counterexample(cx: dict[str, Any]) -> None:
-    table = Table(title=f"counterexample — {cx['check']}", show_lines=False)
-    for column in ("#", "call", "spec", "target"):
-        table.add_column(column, overflow="fold")
-    for i, step in enumerate(cx["steps"], 1):
-        args = ", ".join(_short(a) for a in step["args"])
-        table.add_row(
-            str(i), Text(f"{step['method']}({args})"), Text(step["spec"]), Text(step["target"])
-        )
-    OUT.print(table)
-    OUT.print(Text.assemble((cx["check"], "bold red"), ": ", cx["detail"]))
-    if cx.get("trace_file"):
-        OUT.print(f"trace saved to {cx['trace_file']} (re-run: kvspec replay {cx['trace_file']})")
-
-
-def print_coverage(coverage: dict[str, int]) -> None:
-    table = Table(title="coverage (rules, calls, paths, exceptions)")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for key in sorted(coverage):
-        table.add_row(key, f"{coverage[key]:,}")
-    OUT.print(table)
 
 
 def print_details(
@@ -183,17 +85,12 @@ def print_details(
         print_counterexample(cx)
 
 
-def emit(document: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")
-
-
 # ----------------------------------------------------------------------------- commands
 def cmd_check(args: argparse.Namespace) -> int:
     from stateful_tests import profiles
 
-    component = _component(args.component)
-    options = _options(args, component)
+    comp, variant, options = _component(args)
+    component = comp.name
     label, cls = load_target(component, args.target)
     try:
         settings = profiles.get(args.profile)
@@ -204,8 +101,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"checking {component} against target {label} (hypothesis profile {args.profile})"
         )
     with shrink_budget(args.shrink_seconds):
-        result = _checker(component).check(cls, label, settings, **options)
-    cx = _counterexample(result, component, cls, 10.0, options=options)
+        result = comp.check(cls, label, settings, variant=variant, **options)
+    cx = _counterexample(result, comp, cls, 10.0, options=options)
     document = {
         "component": component,
         "target": label,
@@ -228,16 +125,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    component = _component(args.component)
-    options = _options(args, component)
+    comp, variant, options = _component(args)
+    component = comp.name
     if args.ops <= 0:
         raise UsageError(f"--ops must be positive, got {args.ops}")
     label, cls = load_target(component, args.target)
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
-        result = _checker(component).fuzz(
-            cls, label, args.ops, args.seed, progress=update, **options
+        result = comp.fuzz(
+            cls, label, args.ops, args.seed, variant=variant, progress=update, **options
         )
-    cx = _counterexample(result, component, cls, 0.0 if args.no_shrink else 10.0, options=options)
+    cx = _counterexample(result, comp, cls, 0.0 if args.no_shrink else 10.0, options=options)
     document = {
         "component": component,
         "target": label,
@@ -267,13 +164,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         document = load_trace(Path(args.trace))
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read trace: {exc}") from None
-    component = _component(document["component"])
+    comp = components.get(str(document["component"]))
+    component = comp.name
+    options = components.options_of(comp, vars(args))
     label, cls = load_target(component, args.target or document["target"])
-    extra = {"soundness": True} if args.soundness else {}
-    if extra and component != "infinilm-scheduler":
-        raise UsageError("--soundness applies to infinilm-scheduler traces")
-    result = _checker(component).replay(document, cls, label, **extra)
-    cx = _counterexample(result, component, save=False)
+    result = comp.replay(document, cls, label, **options)
+    cx = _counterexample(result, comp, save=False)
     out = {
         "component": component,
         "target": label,
@@ -294,10 +190,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kvspec.bench import SUITES, run_suite
+    from kvspec.bench import run_suite
 
-    if args.suite not in SUITES:
-        raise UsageError(f"unknown bench suite {args.suite!r}; choose one of {', '.join(SUITES)}")
+    suites = components.bench_suites()
+    if args.suite not in suites:
+        raise UsageError(f"unknown bench suite {args.suite!r}; choose one of {', '.join(suites)}")
     if args.rounds is not None and args.rounds < 7:
         raise UsageError("--rounds must be at least 7")
     from kvspec.bench import BenchMismatch
@@ -306,7 +203,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with progress(f"bench {args.suite}", None, not args.json):
             rows = run_suite(args.suite, quick=args.quick, rounds=args.rounds)
     except BenchMismatch as exc:  # the two sides did different work: no ratio to report
-        sys.stderr.write(f"kvspec: bench {args.suite}: {' '.join(str(exc).split())}\n")
+        could_not_run(f"bench {args.suite}: {exc}")
         return 1
     emit({"suite": args.suite, "rows": [r.to_json() for r in rows]}, args.json)
     if not args.json:
@@ -376,7 +273,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         from kvspec import generic_mutation
 
         return generic_mutation.cmd(args)
-    from kvspec import mutants
+    from kvspec import kill_matrix as mutants
 
     checkers = args.checkers.split(",") if args.checkers else list(mutants.CHECKERS)
     unknown = [c for c in checkers if c not in mutants.CHECKERS]
@@ -433,6 +330,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- parser
+def _flags(p: argparse.ArgumentParser, what: str) -> None:
+    """The components' boolean checker options (``--soundness``, …) on ``p``."""
+    for flag, text in components.all_flags().items():
+        owners = ", ".join(components.with_flag(flag))
+        p.add_argument(f"--{flag}", action="store_true", help=f"{owners}: {what}{text}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvspec",
@@ -440,8 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
         "bookkeeping.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    components = sorted(COMPONENTS)
+    names = ", ".join(components.names())
     target_help = "impl (default), spec, mutant:NAME, MOD:CLASS or FILE.py:CLASS"
+    variants = components.describe_variants()
 
     p = sub.add_parser("verify", help="run every stage on embedded defaults")
     p.add_argument("--quick", action="store_true", help="smaller budgets (smoke run)")
@@ -449,20 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("check", help="hypothesis lockstep machine: spec vs target")
-    p.add_argument("component", help=f"one of {', '.join(components)}")
+    p.add_argument("component", help=f"one of {names}")
     p.add_argument("--target", help=target_help)
     p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
-    p.add_argument(
-        "--variant",
-        help="infinilm-scheduler reservation: legacy, exact or tight; vllm-arc: no_fallback or "
-        "t1_fallback; vllm-lru: v2 or v1 (default: drawn per run)",
-    )
-    p.add_argument(
-        "--soundness",
-        action="store_true",
-        help="infinilm-scheduler: also fail when a decode step runs out of pages "
-        "without draft tokens (admission_soundness)",
-    )
+    p.add_argument("--variant", help=f"{variants} (default: drawn per run)")
+    _flags(p, "")
     p.add_argument(
         "--shrink-seconds",
         type=float,
@@ -474,21 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("fuzz", help="seeded differential fuzzer (no hypothesis overhead)")
-    p.add_argument("component", help=f"one of {', '.join(components)}")
+    p.add_argument("component", help=f"one of {names}")
     p.add_argument("--target", help=target_help)
     p.add_argument("--ops", type=int, default=100_000, help="lockstep calls to make")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-shrink", action="store_true", help="keep the raw failing episode")
-    p.add_argument(
-        "--variant",
-        help="infinilm-scheduler: legacy, exact or tight; vllm-arc: no_fallback or t1_fallback; "
-        "vllm-lru: v2 or v1 (default: drawn per episode)",
-    )
-    p.add_argument(
-        "--soundness",
-        action="store_true",
-        help="infinilm-scheduler: fail on decode out-of-pages without draft tokens",
-    )
+    p.add_argument("--variant", help=f"{variants} (default: drawn per episode)")
+    _flags(p, "")
     p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_fuzz)
@@ -496,14 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="re-run a saved counterexample trace")
     p.add_argument("trace", help="a trace file written by check or fuzz")
     p.add_argument("--target", help="override the trace's target")
-    p.add_argument(
-        "--soundness", action="store_true", help="infinilm-scheduler: re-check admission_soundness"
-    )
+    _flags(p, "re-check: ")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("bench", help="side-by-side benchmarks: baseline vs impl, as ratios")
-    p.add_argument("suite", help="reclaim, usable, schedule, capacity or admission")
+    p.add_argument("suite", help=f"one of {', '.join(components.bench_suites())}")
     p.add_argument("--quick", action="store_true", help="fewer cases and rounds")
     p.add_argument("--rounds", type=int, help="rounds per case (median; at least 7)")
     p.add_argument("--json", action="store_true")
@@ -553,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mutants)
 
-    from kvspec import prove
+    from kvspec import exploration, prove
 
     prove.add_parser(sub)
 
@@ -565,9 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     crosshair.add_parser(sub)
 
-    from kvspec import explore
-
-    explore.add_parser(sub)
+    exploration.add_parser(sub)
     return parser
 
 
@@ -576,10 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    except (TargetError, UsageError) as exc:
-        # plain write: rich would wrap a long reason onto several lines
-        sys.stderr.write(f"kvspec: {' '.join(str(exc).split())}\n")
-        return 2
+    except (TargetError, UsageError, ComponentError) as exc:
+        return could_not_run(exc)
     return code
 
 

@@ -1,4 +1,4 @@
-"""``kvspec crosshair``: CrossHair on the pure kernels (shared/DESIGN.md, "kvspec crosshair").
+"""``kvspec crosshair``: CrossHair on the pure kernels (docs/design.md, "kvspec crosshair").
 
 ``kvspec crosshair [--json] [--only NAME ...] [--budget-scale X] [--planted] [--list]`` runs the
 checks of :mod:`proofs.crosshair_checks` — ``diffbehavior`` between each legacy kernel and its
@@ -23,12 +23,10 @@ import sys
 import time
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-OUT = Console(highlight=False)
-ERR = Console(stderr=True, highlight=False)
+from kvspec.output import ERR, OUT, could_not_run
 
 __all__ = ["add_parser", "cmd_crosshair", "verify_stage"]
 
@@ -60,11 +58,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_crosshair)
     return p
-
-
-def _usage_error(message: str) -> int:
-    sys.stderr.write(f"kvspec: {' '.join(message.split())}\n")
-    return 2
 
 
 def _list(checks: list[Any], scale: float, as_json: bool) -> int:
@@ -99,15 +92,15 @@ def cmd_crosshair(args: argparse.Namespace) -> int:
 
     scale = args.budget_scale
     if not scale > 0:
-        return _usage_error(f"--budget-scale must be positive, got {scale}")
+        return could_not_run(f"--budget-scale must be positive, got {scale}")
     try:
         chosen = cc.select(args.only, planted=args.planted)
     except ValueError as exc:
-        return _usage_error(f"{exc} (see `kvspec crosshair --list --planted`)")
+        return could_not_run(f"{exc} (see `kvspec crosshair --list --planted`)")
     if args.list:
         return _list(chosen, scale, args.json)
     if not cc.crosshair_available():
-        return _usage_error("crosshair-tool is not installed (pip install crosshair-tool)")
+        return could_not_run("crosshair-tool is not installed (pip install crosshair-tool)")
     started = time.perf_counter()
     progress = not args.json
 

@@ -303,7 +303,7 @@ def parse_dump(
 #   annotations``, so annotations are strings that are never evaluated. These mutants are
 #   equivalent by construction; they are filtered out before running (``filtered`` in the report).
 # * ``message``: inside the message of a ``raise``/``assert``. Exceptions are part of the contract
-#   by *kind* (shared/DESIGN.md; the lockstep compares kinds), not by message text. They run (an
+#   by *kind* (docs/design.md; the lockstep compares kinds), not by message text. They run (an
 #   expression in a message can itself raise), and a survivor there is explained by this rule.
 # * ``repr``: inside ``__repr__`` (debug output, not an observable of the contract). Same.
 CONTEXT_RULES = {
@@ -679,9 +679,10 @@ def cmd(args: argparse.Namespace) -> int:
     if isinstance(modules, str):
         modules = [modules]
     workdir = getattr(args, "workdir", None)
-    from rich.console import Console
+    from kvspec.output import ERR as err
+    from kvspec.output import OUT as out
+    from kvspec.output import could_not_run
 
-    out, err = Console(highlight=False), Console(stderr=True, highlight=False)
     last: dict[str, int] = {}
 
     def progress(module: str, done: int, total: int) -> None:
@@ -700,8 +701,7 @@ def cmd(args: argparse.Namespace) -> int:
             progress=progress,
         )
     except (GenericMutationError, subprocess.SubprocessError, OSError) as exc:
-        sys.stderr.write(f"kvspec: {' '.join(str(exc).split())}\n")
-        return 2
+        return could_not_run(exc)
     if as_json:
         print(json.dumps(doc, indent=2))
     else:

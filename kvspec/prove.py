@@ -1,4 +1,4 @@
-"""``kvspec prove``: the z3 theorems of ``proofs/`` (shared/DESIGN.md, "kvspec prove").
+"""``kvspec prove``: the z3 theorems of ``proofs/`` (docs/design.md, "kvspec prove").
 
 ``kvspec prove [--json] [--only NAME ...] [--timeout-ms N]`` checks every theorem (or those named;
 ``fnmatch`` patterns such as ``'admission_*'`` work) and prints a table, or with ``--json`` exactly
@@ -15,12 +15,10 @@ import sys
 import time
 from typing import Any
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-OUT = Console(highlight=False)
-ERR = Console(stderr=True, highlight=False)
+from kvspec.output import ERR, OUT, could_not_run
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -46,21 +44,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _usage_error(message: str) -> int:
-    sys.stderr.write(f"kvspec: {' '.join(message.split())}\n")
-    return 2
-
-
 def cmd_prove(args: argparse.Namespace) -> int:
     from proofs import theorems
     from proofs.z3_core import describe
 
     if args.timeout_ms is not None and args.timeout_ms <= 0:
-        return _usage_error(f"--timeout-ms must be positive, got {args.timeout_ms}")
+        return could_not_run(f"--timeout-ms must be positive, got {args.timeout_ms}")
     try:
         chosen = theorems.select(args.only)
     except ValueError as exc:
-        return _usage_error(f"{exc} (see `kvspec prove` for the list)")
+        return could_not_run(f"{exc} (see `kvspec prove` for the list)")
     started = time.perf_counter()
     if not args.json and ERR.is_terminal:
         with Progress(

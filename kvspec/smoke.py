@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kvspec.output import could_not_run, emit
+
 SIZE_NAMES = ("tiny", "small", "full")
 PLANT_NAMES = ("stale-table-entry", "missing-tail-mask", "page-freed-while-referenced")
 PAGE_SIZE = {"tiny": 4, "small": 8, "full": 16}
@@ -66,7 +68,7 @@ def run_smoke(
     triton: bool | None = None,
     bf16: bool | None = None,
 ) -> dict[str, Any]:
-    """Run the smoke; returns the JSON document (shared/DESIGN.md, ``kvspec smoke``).
+    """Run the smoke; returns the JSON document (docs/design.md, ``kvspec smoke``).
 
     Raises :class:`SmokeUnavailable` when it cannot run. ``plant`` runs it with one planted bug
     (``PLANT_NAMES``): the document must then report a failure. ``triton`` (decode steps through
@@ -153,7 +155,7 @@ def _run(
         del model16
     attention_bench: dict[str, Any] | None = None
     if device == "cuda" and bench:
-        from gpu_smoke.bench import attention_bench as bench_fn
+        from gpu_smoke.attention_bench import attention_bench as bench_fn
 
         log("attention micro-benchmark (Triton paged vs dense SDPA)")
         del model
@@ -323,10 +325,9 @@ def cmd_smoke(args: argparse.Namespace) -> int:
             bench=not args.no_bench,
         )
     except SmokeUnavailable as exc:
-        sys.stderr.write(f"kvspec: {' '.join(str(exc).split())}\n")
-        return 2
+        return could_not_run(exc)
     if args.json:
-        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
+        emit(doc, True, strict=True)
     else:
         _table(doc, sys.stdout.write)
     return 0 if doc["passed"] else 1

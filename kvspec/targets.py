@@ -1,7 +1,9 @@
-"""The one target loader: ``impl``, ``spec``, ``mutant:NAME``, ``MOD:CLASS`` or ``FILE.py:CLASS``.
+"""The one target loader: ``impl``, ``spec``, a component's extra built-in names, ``mutant:NAME``,
+``MOD:CLASS`` or ``FILE.py:CLASS``.
 
-A target only needs the upstream API and attribute names (shared/reference/), so the same loader
-serves kvspec's impl, a planted-bug subclass and an engine team's own checkout.
+A target only needs the upstream API and attribute names (docs/), so the same loader serves
+kvspec's impl, a planted-bug subclass and an engine team's own checkout. What a component's target
+must offer is its registry record's ``required_api``.
 """
 
 from __future__ import annotations
@@ -11,94 +13,14 @@ import importlib.util
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kvspec import components
 
 
 class TargetError(Exception):
     """The target cannot be loaded or lacks the API (the CLI exits 2 with this one-line reason)."""
-
-
-@dataclass(frozen=True)
-class Component:
-    name: str
-    builtin: dict[str, str]  # short name -> MOD:CLASS
-    required_api: tuple[str, ...]
-
-
-COMPONENTS: dict[str, Component] = {
-    "infinilm-block-manager": Component(
-        "infinilm-block-manager",
-        {
-            "impl": "impl.infinilm.block_manager:BlockManager",
-            "spec": "spec.infinilm.block_manager:BlockManager",
-        },
-        (
-            "allocate_slots",
-            "get_computed_blocks",
-            "append_slot",
-            "append_slots",
-            "truncate_blocks",
-            "publish_computed_blocks",
-            "free_blocks",
-            "try_free_blocks",
-            "can_allocate",
-            "get_num_free_blocks",
-            "get_total_usable_blocks",
-            "update_blocks_slot",
-        ),
-    ),
-    "infinilm-scheduler": Component(
-        "infinilm-scheduler",
-        {
-            "impl": "impl.infinilm.scheduler:Scheduler",
-            "spec": "spec.infinilm.scheduler:Scheduler",
-        },
-        (
-            "add_request",
-            "schedule",
-            "can_accept_request",
-            "complete_requests",
-            "commit_computed_tokens",
-            "update_from_output",
-            "update_waiting_for_remote_kv",
-            "get_cache_stats",
-        ),
-    ),
-    **{
-        name: Component(
-            name,
-            {
-                "impl": "impl.vllm.offload_manager:CPUOffloadingManager",
-                "spec": "spec.vllm.offload_manager:CPUOffloadingManager",
-                # resolved lazily: a one-line TargetError when vllm cannot be imported
-                "vllm": "kvspec.vllm_adapter:VllmCPUOffloadingManager",
-            },
-            (
-                "lookup",
-                "prepare_load",
-                "complete_load",
-                "prepare_store",
-                "complete_store",
-                "touch",
-                "reset_cache",
-                "take_events",
-            ),
-        )
-        for name in ("vllm-arc", "vllm-lru")
-    },
-}
-
-
-def component(name: str) -> Component:
-    try:
-        return COMPONENTS[name]
-    except KeyError:
-        known = ", ".join(sorted(COMPONENTS))
-        raise TargetError(
-            f"unknown or not yet built component {name!r} (available: {known})"
-        ) from None
 
 
 def _load_file(path: Path, class_name: str) -> Any:
@@ -135,16 +57,17 @@ def _load_file(path: Path, class_name: str) -> Any:
 
 def load_target(component_name: str, target: str | None) -> tuple[str, Callable[..., Any]]:
     """Resolve ``target`` for ``component_name`` into (label, class). Raises TargetError."""
-    comp = component(component_name)
+    try:
+        comp = components.get(component_name)
+    except components.ComponentError as exc:
+        raise TargetError(str(exc)) from None
     label = target or "impl"
-    ref = comp.builtin.get(label, label)
+    ref = comp.builtin_targets().get(label, label)
     if ref.startswith("mutant:"):
-        from stateful_tests.mutants import CATALOGUE
-
-        mutant = CATALOGUE.get(ref.removeprefix("mutant:"))
-        if mutant is None or mutant.component != comp.name:
-            names = ", ".join(n for n, m in CATALOGUE.items() if m.component == comp.name)
-            raise TargetError(f"no mutant {ref!r} for {comp.name} (known: {names})")
+        planted = {m.name: m for m in comp.planted}
+        mutant = planted.get(ref.removeprefix("mutant:"))
+        if mutant is None:
+            raise TargetError(f"no mutant {ref!r} for {comp.name} (known: {', '.join(planted)})")
         cls: Any = mutant.cls
     else:
         where, sep, class_name = ref.rpartition(":")

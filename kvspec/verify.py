@@ -1,11 +1,11 @@
 """``kvspec verify``: every stage that exists, on embedded defaults.
 
-Stages: lockstep hypothesis machines (impl vs spec, ``ci`` profile) and seeded fuzzers for the
-block manager, the scheduler (three variants) and the offload manager (ARC and LRU, two variants
-each); the kill matrix's fuzzer column (every planted bug must die); admission soundness and the
-kept counterexamples; the admission predictor on the example manifest; the exhaustive explorer on
-small complete scopes; the z3 theorems; a quick CrossHair subset; the tiny CPU GPU-smoke; quick
-side-by-side benches (ratios, reported, never asserted).
+Stages, read from the component registry: for every component the lockstep hypothesis machine
+(impl vs spec, ``ci`` profile, every variant) and the seeded fuzzer (every variant); the kill
+matrix's fuzzer column (every planted bug must die); each component's own extra stages (e.g. the
+scheduler's admission soundness and admission predictor); the exhaustive explorer on small
+complete scopes; the z3 theorems; a quick CrossHair subset; the tiny CPU GPU-smoke; every
+component's bench suites, quick (side-by-side ratios, reported, never asserted).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any
 
 from rich.console import Console
 
-COMPONENT = "infinilm-block-manager"
-COMPONENTS = ("infinilm-block-manager", "infinilm-scheduler", "vllm-arc", "vllm-lru")
+from kvspec import components
+from kvspec.components import Component, resolve
+
+StageBody = Callable[[], tuple[str, str]]
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Stage:
         }
 
 
-def _timed(name: str, body: Callable[[], tuple[str, str]]) -> Stage:
+def _timed(name: str, body: StageBody) -> Stage:
     started = time.perf_counter()
     try:
         status, summary = body()
@@ -46,43 +48,80 @@ def _timed(name: str, body: Callable[[], tuple[str, str]]) -> Stage:
     return Stage(name, status, time.perf_counter() - started, summary)
 
 
-def _check() -> tuple[str, str]:
-    from impl.infinilm.block_manager import BlockManager
-    from stateful_tests import profiles
-    from stateful_tests.infinilm_block_manager import check
-    from stateful_tests.profiles import shrink_budget
-
-    with shrink_budget(30):
-        r = check(BlockManager, "impl", profiles.get("ci"))
-    rules = sum(1 for k in r.coverage if k.startswith("rule:"))
-    if r.passed:
-        return "pass", f"{r.examples} programs, {r.steps:,} calls, {rules} rules exercised"
-    return "fail", f"{r.failure.check}: {r.failure.detail}" if r.failure else "failed"
+def _failure(prefix: str, r: Any) -> tuple[str, str]:
+    detail = f"{r.failure.check}: {r.failure.detail}" if r.failure else "failed"
+    return "fail", f"{prefix}{detail}"
 
 
-def _fuzz(ops: int) -> Callable[[], tuple[str, str]]:
+def _variants(comp: Component) -> list[str | None]:
+    return list(comp.variants) or [None]
+
+
+def _check(comp: Component) -> StageBody:
+    """The hypothesis machine against the impl, once per variant."""
+
     def body() -> tuple[str, str]:
-        from impl.infinilm.block_manager import BlockManager
-        from stateful_tests.infinilm_block_manager import fuzz
+        from hypothesis import settings
 
-        r = fuzz(BlockManager, "impl", ops, seed=0)
-        rate = r.steps / r.seconds if r.seconds else 0.0
-        paths = sorted(k.removeprefix("path:") for k in r.coverage if k.startswith("path:"))
-        if r.passed:
-            return "pass", f"{r.steps:,} ops at {rate:,.0f} ops/s; paths: {', '.join(paths)}"
-        return "fail", f"{r.failure.check}: {r.failure.detail}" if r.failure else "failed"
+        from kvspec.targets import load_target
+        from stateful_tests import profiles
+        from stateful_tests.profiles import shrink_budget
+
+        label, cls = load_target(comp.name, "impl")
+        base = profiles.get("ci")
+        chosen = (
+            base
+            if comp.verify.check_examples is None
+            else settings(base, max_examples=comp.verify.check_examples)
+        )
+        parts = []
+        for variant in _variants(comp):
+            with shrink_budget(30):
+                r = comp.check(cls, label, chosen, variant=variant)
+            if not r.passed:
+                return _failure(f"{variant}: " if variant else "", r)
+            rules = sum(1 for k in r.coverage if k.startswith("rule:"))
+            parts.append(
+                (f"{variant} " if variant else "")
+                + f"{r.examples} programs/{r.steps:,} calls/{rules} rules"
+            )
+        return "pass", "; ".join(parts)
 
     return body
 
 
-def _mutants(components: tuple[str, ...], budget: float) -> Callable[[], tuple[str, str]]:
-    """The kill matrix's fuzzer column: every planted bug of these components must die."""
+def _fuzz(comp: Component, quick: bool) -> StageBody:
+    """The seeded fuzzer against the impl, once per variant (seed 0)."""
 
     def body() -> tuple[str, str]:
-        from kvspec import mutants
+        from kvspec.targets import load_target
 
-        rows = mutants.run_matrix(mutants.select(None, components), ["fuzzer"], budget)
-        s = mutants.summary(rows)
+        label, cls = load_target(comp.name, "impl")
+        ops = comp.verify.fuzz_ops[0 if quick else 1]
+        parts = []
+        for variant in _variants(comp):
+            r = comp.fuzz(cls, label, ops, 0, variant=variant)
+            if not r.passed:
+                return _failure(f"{variant}: " if variant else "", r)
+            rate = r.steps / r.seconds if r.seconds else 0.0
+            paths = sum(1 for k in r.coverage if k.startswith("path:"))
+            parts.append(
+                (f"{variant} " if variant else "")
+                + f"{r.steps:,} calls at {rate:,.0f}/s, {paths} paths"
+            )
+        return "pass", "; ".join(parts)
+
+    return body
+
+
+def _mutants(budget: float) -> StageBody:
+    """The kill matrix's fuzzer column: every planted bug of every component must die."""
+
+    def body() -> tuple[str, str]:
+        from kvspec import kill_matrix
+
+        rows = kill_matrix.run_matrix(kill_matrix.select(None, None), ["fuzzer"], budget)
+        s = kill_matrix.summary(rows)
         if s["survivors"]:
             return "fail", f"{s['killed']} killed; survived: {', '.join(s['survivors'])}"
         return "pass", (
@@ -93,233 +132,61 @@ def _mutants(components: tuple[str, ...], budget: float) -> Callable[[], tuple[s
     return body
 
 
-def _offload_check() -> tuple[str, str]:
-    from hypothesis import settings
-
-    from impl.vllm.offload_manager import CPUOffloadingManager
-    from stateful_tests import profiles
-    from stateful_tests.profiles import shrink_budget
-    from stateful_tests.vllm_offload import VARIANTS, check
-
-    parts = []
-    for policy, variants in VARIANTS.items():
-        for variant in variants:
-            with shrink_budget(30):
-                r = check(
-                    CPUOffloadingManager,
-                    "impl",
-                    settings(profiles.get("ci"), max_examples=60),
-                    policy=policy,
-                    variant=variant,
-                )
-            if not r.passed:
-                return "fail", f"{policy} {variant}: {r.failure.check}: {r.failure.detail}" if (
-                    r.failure
-                ) else f"{policy} {variant}"
-            parts.append(f"{policy} {variant} {r.examples}/{r.steps:,}")
-
-    return "pass", "programs/calls: " + "; ".join(parts)
+def _extra(comp: Component, ref: Any, quick: bool) -> StageBody:
+    return lambda: resolve(ref)(comp, quick)
 
 
-def _offload_fuzz(ops: int) -> Callable[[], tuple[str, str]]:
+def _bench(suite: str) -> StageBody:
     def body() -> tuple[str, str]:
-        from impl.vllm.offload_manager import CPUOffloadingManager
-        from stateful_tests.vllm_offload import VARIANTS, fuzz
-
-        parts = []
-        for policy, variants in VARIANTS.items():
-            for variant in variants:
-                r = fuzz(CPUOffloadingManager, "impl", ops, 0, policy=policy, variant=variant)
-                if not r.passed:
-                    detail = f"{r.failure.check}: {r.failure.detail}" if r.failure else ""
-                    return "fail", f"{policy} {variant}: {detail}"
-                parts.append(f"{policy} {variant} {r.steps:,} ({r.steps / r.seconds:,.0f}/s)")
-        return "pass", "; ".join(parts)
-
-    return body
-
-
-def _scheduler_check() -> tuple[str, str]:
-    from hypothesis import settings
-
-    from impl.infinilm.scheduler import Scheduler
-    from spec.infinilm.scheduler import RESERVATIONS
-    from stateful_tests import profiles
-    from stateful_tests.infinilm_scheduler import check
-    from stateful_tests.profiles import shrink_budget
-
-    parts = []
-    for variant in RESERVATIONS:
-        with shrink_budget(30):
-            r = check(
-                Scheduler,
-                "impl",
-                settings(profiles.get("ci"), max_examples=60),
-                reservation=variant,
-            )
-        if not r.passed:
-            return (
-                "fail",
-                f"{variant}: {r.failure.check}: {r.failure.detail}" if r.failure else variant,
-            )
-        parts.append(f"{variant} {r.examples} programs/{r.steps:,} events")
-    return "pass", "; ".join(parts)
-
-
-def _scheduler_fuzz(events: int) -> Callable[[], tuple[str, str]]:
-    def body() -> tuple[str, str]:
-        from impl.infinilm.scheduler import Scheduler
-        from spec.infinilm.scheduler import RESERVATIONS
-        from stateful_tests.infinilm_scheduler import fuzz
-
-        parts = []
-        for variant in RESERVATIONS:
-            r = fuzz(Scheduler, "impl", events, seed=0, reservation=variant)
-            if not r.passed:
-                return (
-                    "fail",
-                    f"{variant}: {r.failure.check}: {r.failure.detail}" if r.failure else variant,
-                )
-            parts.append(f"{variant} {r.steps:,} events ({r.steps / r.seconds:,.0f}/s)")
-        return "pass", "; ".join(parts)
-
-    return body
-
-
-def _soundness(events: int) -> Callable[[], tuple[str, str]]:
-    def body() -> tuple[str, str]:
-        from pathlib import Path
-
-        from spec.infinilm.scheduler import RESERVATIONS
-        from spec.infinilm.scheduler import Scheduler as Spec
-        from stateful_tests.infinilm_scheduler import fuzz, replay
-        from stateful_tests.lockstep import load_trace
-
-        folder = Path(__file__).resolve().parent.parent / "stateful_tests" / "counterexamples"
-        parts = []
-        for variant in RESERVATIONS:
-            r = fuzz(
-                Spec,
-                "spec",
-                events,
-                seed=0,
-                reservation=variant,
-                soundness=True,
-                speculation=False,
-                connector=False,
-            )
-            if not r.passed:
-                return (
-                    "fail",
-                    f"{variant} unsound without a connector: {r.failure.detail}"
-                    if r.failure
-                    else variant,
-                )
-            trace = load_trace(folder / f"admission_soundness_{variant}.json")
-            again = replay(trace, Spec, "spec", soundness=True)
-            if again.passed:
-                return "fail", f"{variant}: the kept PD counterexample no longer fails"
-            parts.append(
-                f"{variant}: sound without PD in {events:,} events, "
-                f"{len(trace['steps'])}-event PD counterexample"
-            )
-        return "pass", "; ".join(parts)
-
-    return body
-
-
-def _admission() -> tuple[str, str]:
-    from pathlib import Path
-
-    from kvspec.admission import load_manifest, predict
-
-    manifest = Path(__file__).resolve().parent.parent / "examples" / "admission_manifest.json"
-    result = predict(load_manifest(manifest))
-    admitted = {v: d["admitted"] for v, d in result.items()}
-    return "pass", "example manifest, wave-2 admitted: " + ", ".join(
-        f"{v} {n}" for v, n in admitted.items()
-    )
-
-
-# the case fields a bench summary names (default: every integer field)
-_SUMMARY_KEYS = {"arc": ("num_blocks", "evicted"), "lru": ("variant", "num_blocks", "evicted")}
-
-
-def _bench(suite: str) -> Callable[[], tuple[str, str]]:
-    def body() -> tuple[str, str]:
-        from kvspec.bench import run_suite
+        from kvspec.bench import run_suite, summary_cell
 
         rows = run_suite(suite, quick=True)
-        keys = _SUMMARY_KEYS.get(suite)
-        parts = [
-            "/".join(
-                str(v)
-                for k, v in r.case.items()
-                if (k in keys if keys else isinstance(v, int) and k != "pr_ratio")
-            )
-            + f": {r.ratio:,.1f}×"
-            + ("" if r.goal is None or r.ratio >= r.goal else f" (goal {r.goal:g}×)")
-            for r in rows
-        ]
-        return "pass", "; ".join(parts)
+        return "pass", "; ".join(summary_cell(suite, r) for r in rows)
 
     return body
 
 
-def _explore() -> tuple[str, str]:
-    from kvspec import explore
+def _layer(module: str) -> StageBody:
+    """A checking layer's own verify stage (``kvspec.MODULE.verify_stage``)."""
 
-    return explore.verify_stage()
+    def body() -> tuple[str, str]:
+        import importlib
 
+        stage: tuple[str, str] = importlib.import_module(f"kvspec.{module}").verify_stage()
+        return stage
 
-def _prove() -> tuple[str, str]:
-    from kvspec import prove
-
-    return prove.verify_stage()
-
-
-def _crosshair() -> tuple[str, str]:
-    from kvspec import crosshair
-
-    return crosshair.verify_stage()
+    return body
 
 
-def _smoke() -> tuple[str, str]:
-    from kvspec import smoke
-
-    return smoke.verify_stage()
+def plan(quick: bool) -> list[tuple[str, StageBody]]:
+    """Every stage, in order: (name, body)."""
+    stages: list[tuple[str, StageBody]] = []
+    every = components.all_components()
+    for comp in every:
+        n = len(comp.variants)
+        which = f", {n} variants" if n else ""
+        stages.append((f"check {comp.name} (impl{which})", _check(comp)))
+        stages.append((f"fuzz {comp.name} (impl{which})", _fuzz(comp, quick)))
+    stages.append(("planted bugs (kill matrix, fuzzer column)", _mutants(10.0 if quick else 30.0)))
+    for comp in every:
+        stages += [(name, _extra(comp, ref, quick)) for name, ref in comp.verify.stages]
+    stages += [
+        ("exhaustive explorer (small scopes)", _layer("exploration")),
+        ("z3 theorems (kvspec prove)", _layer("prove")),
+        ("crosshair (quick subset)", _layer("crosshair")),
+        ("gpu smoke (tiny, CPU)", _layer("smoke")),
+    ]
+    for comp in every:
+        stages += [(f"bench {suite} (quick)", _bench(suite)) for suite in comp.bench_suites]
+    return stages
 
 
 def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage]:
-    plan: list[tuple[str, Callable[[], tuple[str, str]]]] = [
-        (f"check {COMPONENT} (impl, ci profile)", _check),
-        (f"fuzz {COMPONENT} (impl, seed 0)", _fuzz(50_000 if quick else 300_000)),
-        ("check infinilm-scheduler (impl, 3 variants)", _scheduler_check),
-        ("fuzz infinilm-scheduler (impl, 3 variants)", _scheduler_fuzz(5_000 if quick else 30_000)),
-        ("check vllm-arc/vllm-lru (impl, 4 variants)", _offload_check),
-        ("fuzz vllm-arc/vllm-lru (impl, 4 variants)", _offload_fuzz(5_000 if quick else 30_000)),
-        (
-            "planted bugs (kill matrix, fuzzer column)",
-            _mutants(tuple(COMPONENTS), 10.0 if quick else 30.0),
-        ),
-        ("admission soundness (spec)", _soundness(5_000 if quick else 30_000)),
-        ("admission predictor (example manifest)", _admission),
-        ("exhaustive explorer (small scopes)", _explore),
-        ("z3 theorems (kvspec prove)", _prove),
-        ("crosshair (quick subset)", _crosshair),
-        ("gpu smoke (tiny, CPU)", _smoke),
-        ("bench reclaim (quick)", _bench("reclaim")),
-        ("bench usable (quick)", _bench("usable")),
-        ("bench schedule (quick)", _bench("schedule")),
-        ("bench capacity (quick)", _bench("capacity")),
-        ("bench admission (quick)", _bench("admission")),
-        ("bench arc (quick)", _bench("arc")),
-        ("bench lru (quick)", _bench("lru")),
-    ]
+    chosen = plan(quick)
     stages = []
-    for i, (name, body) in enumerate(plan, 1):
+    for i, (name, body) in enumerate(chosen, 1):
         if show_progress:
-            console.print(f"[{i}/{len(plan)}] {name} …")
+            console.print(f"[{i}/{len(chosen)}] {name} …")
         stage = _timed(name, body)
         if show_progress:
             console.print(f"      {stage.status} in {stage.seconds:.1f}s")

@@ -1,4 +1,4 @@
-"""``--target vllm`` for ``vllm-arc`` / ``vllm-lru``: vLLM's own CPU offload manager behind kvspec's API.
+"""``--target vllm`` for the CPU offload components: vLLM's own offload manager behind kvspec's API.
 
 The adapter constructs ``vllm.v1.kv_offload.cpu.manager.CPUOffloadingManager`` (which builds its
 own ``ARCCachePolicy`` / ``LRUCachePolicy`` from ``cache_policy``) and presents it with the

@@ -64,9 +64,9 @@ __all__ = [
     "VERIFY_PLANTED",
     "Check",
     "Outcome",
-    "check_mutant",
     "crosshair_available",
     "interpret",
+    "kill_planted",
     "run",
     "run_check",
     "select",
@@ -357,7 +357,7 @@ PLANTED: tuple[Check, ...] = (
     ),
 )
 
-# Planted changes that are NOT bugs (``stateful_tests.mutants.EQUIVALENT_MUTANTS``): a pass (no
+# Planted changes that are NOT bugs (the registry's equivalent mutants): a pass (no
 # difference at the real pairs' budget, which finds every planted ARC bug at a quarter of it) is
 # evidence of equivalence within the budget, not a proof; the proof is the argument in the
 # variant's docstring. Run with ``--only 'equivalent-*'``; not part of the default run.
@@ -628,15 +628,14 @@ def run(
     return outcomes
 
 
-def check_mutant(m: Any, budget: float) -> Any:
-    """The kill matrix's ``crosshair`` checker (``kvspec mutants``): run the planted kernel variant
-    that carries catalogue mutant ``m``'s bug, under a wall-clock ``budget`` in seconds. Mutants
-    whose bug is not a pure-kernel bug are ``n/a``."""
-    from kvspec.mutants import Attempt
-
-    name = CATALOGUE_KERNELS.get(m.name)
+def kill_planted(mutant_name: str, budget: float) -> tuple[str, float, str] | None:
+    """The kill matrix's ``crosshair`` checker: run the planted kernel variant that carries the
+    catalogue mutant's bug under a wall-clock ``budget`` in seconds; ``(verdict, seconds, kind)``
+    with verdict ``killed``, ``survived`` or ``error``, or ``None`` when the mutant's bug is not a
+    pure-kernel bug (or CrossHair is not installed)."""
+    name = CATALOGUE_KERNELS.get(mutant_name)
     if name is None or not crosshair_available():
-        return Attempt("crosshair", "n/a")
+        return None
     check = next(c for c in PLANTED if c.name == name)
     started = time.perf_counter()
     try:
@@ -650,8 +649,7 @@ def check_mutant(m: Any, budget: float) -> Any:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return Attempt("crosshair", "survived", time.perf_counter() - started, None, check.kind)
+        return "survived", time.perf_counter() - started, check.kind
     seconds = time.perf_counter() - started
     status, _ = interpret(check, proc.returncode, proc.stdout, proc.stderr)
-    verdict = {"pass": "killed", "fail": "survived"}.get(status, "error")
-    return Attempt("crosshair", verdict, seconds, None, check.kind)
+    return {"pass": "killed", "fail": "survived"}.get(status, "error"), seconds, check.kind

@@ -2,7 +2,7 @@
 replaces. ``kvspec crosshair --planted`` runs each against the legacy kernel
 (``proofs.crosshair_checks.PLANTED``) and passes only when CrossHair reports the difference: the
 evidence that a budget sees bugs of that kind. Each docstring names the hazard it plants; eight of
-them carry a catalogue mutant's bug (``stateful_tests.mutants``) into the kernel, for the kill
+them carry a catalogue mutant's bug (``stateful_tests.mutants_*``) into the kernel, for the kill
 matrix (``proofs.crosshair_checks.CATALOGUE_KERNELS``).
 
 The ARC victim-selection variants (vLLM #50992/#55461, reference §7.1 O5/O6) change one step of
@@ -196,7 +196,7 @@ def _one_pass_variant(
     decrement_on_t2_pick: bool = False,
 ) -> list[tuple[K, B, bool]] | None:
     """``impl.vllm.arc.one_pass_victims`` with one step open to change (the kernel-level twin of
-    ``stateful_tests.mutants._OnePassARC``)."""
+    ``stateful_tests.mutants_vllm._OnePassARC``)."""
     t1 = list(t1)  # restartable, as the policy's ``items()`` views are
     t1_iter, t2_iter = iter(t1), iter(t2)
     virtual = t1_size

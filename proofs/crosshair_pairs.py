@@ -112,7 +112,7 @@ def bounded_reclaim_on_pages(refs: list[int], num_free: int, num_required: int) 
 
 
 # ----------------------------------------------------------------------------- ARC victim selection
-# vLLM's ARC ``evict`` (shared/reference/vllm.md §2.3) delegates selection to a pure kernel:
+# vLLM's ARC ``evict`` (docs/vllm.md §2.3) delegates selection to a pure kernel:
 # ``spec.vllm.arc.rescan_victims`` (variant A: rescan from the LRU end for every victim) and
 # ``impl.vllm.arc.one_pass_victims`` (#50992: one monotonic iterator per list; the #55461 fallback
 # reuses the T1 iterator). The adapters run them on plain data: T1 and T2 as lists of eligibility

@@ -1,6 +1,6 @@
 """ARC bounds (invariant ``arc_lists_bounded``), inductive over the offload manager's transitions.
 
-State (shared/reference/vllm.md §1–§2; spec/vllm/arc.py, spec/vllm/offload_manager.py): the
+State (docs/vllm.md §1–§2; spec/vllm/arc.py, spec/vllm/offload_manager.py): the
 lengths of T1, T2, B1, B2, the target ``p``, the capacity ``c`` (= the manager's ``num_blocks``),
 the ids handed out ``a`` (``_num_allocated_blocks``) and the free-list length ``f``.
 

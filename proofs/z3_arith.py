@@ -1,6 +1,6 @@
 """Ceiling division and the InfiniLM reservation formulas, over unbounded integers.
 
-Notation (reference infinilm.md §7.1; spec/infinilm/scheduler.py): B page size, P prompt length,
+Notation (docs/infinilm.md §7.1; spec/infinilm/scheduler.py): B page size, P prompt length,
 g generated tokens, M ``max_tokens``, T = len(block_table), ``⌈x/B⌉ = (x + B - 1) // B``
 (``spec.infinilm.block_manager.ceil_div``; z3's integer division is floor division for B ≥ 1, so
 the z3 term is the same expression).

@@ -2,7 +2,7 @@
 
 A theorem is a function whose docstring states the claim in plain words and which returns its
 :class:`Obligation` s. An obligation ``premises ⊢ goal`` holds when ``premises ∧ ¬goal`` is
-*unsat*. Outcomes (shared/DESIGN.md, "kvspec prove"):
+*unsat*. Outcomes (docs/design.md, "kvspec prove"):
 
 * ``proved`` — every obligation is unsat;
 * ``counterexample`` — some obligation is sat; the detail names it and prints the model's values

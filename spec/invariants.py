@@ -2,8 +2,11 @@
 
 Each predicate returns ``None`` when it holds and a message naming the offending pages otherwise.
 The same names appear in the stateful machines, the proofs and the mutant catalogue
-(shared/DESIGN.md "Invariants"). References: shared/reference/infinilm.md §8.1 (block manager),
-shared/reference/vllm.md §1, §2, §3, §8 (CPU offload manager, ARC, LRU).
+(docs/design.md "Invariants"); :data:`INVARIANT_NAMES` lists every one. A predicate that checks
+a hidden counter of the target (a production-only cache, not part of any snapshot) takes the
+counter's value and what the scan needs as explicit arguments. References:
+docs/infinilm.md §5, §8 (block manager, scheduler), docs/vllm.md §1, §2,
+§3, §8 (CPU offload manager, ARC, LRU).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol, Self, TypeVar
 
-from spec.infinilm.snapshot import BlockManagerSnapshot
+from spec.infinilm.request import TERMINAL, InferenceRequest
+from spec.infinilm.scheduler import remote_reservation, running_reservation
+from spec.infinilm.snapshot import BlockManagerSnapshot, SchedulerSnapshot
 from spec.vllm import Key
 from spec.vllm.arc import ARCSnapshot
 from spec.vllm.lru import LRUSnapshot
@@ -154,9 +159,68 @@ STATE_INVARIANTS: Mapping[str, Callable[[BlockManagerSnapshot], Violation]] = {
 }
 
 
+def first_state_violation(s: BlockManagerSnapshot) -> Violation:
+    """The first broken :data:`STATE_INVARIANTS` predicate of ``s``, as ``"name: problem"``."""
+    for name, predicate in STATE_INVARIANTS.items():
+        problem = predicate(s)
+        if problem:
+            return f"{name}: {problem}"
+    return None
+
+
+# ----------------------------------------------------------------------------- InfiniLM scheduler
+_TERMINAL_NAMES = frozenset(status.name for status in TERMINAL)
+
+
+def request_in_exactly_one_place(s: SchedulerSnapshot, lost: Collection[str] = ()) -> Violation:
+    """No request is queued twice (waiting, running, remote-pending); every live request is in one
+    of those places, unless it is ``lost`` (dequeued by a step that raised, reference §9.14)."""
+    places = s.placed()
+    twice = sorted(rid for rid, n in Counter(places).items() if n > 1)
+    placed = set(places)
+    nowhere = sorted(
+        row[0]
+        for row in s.requests
+        if row[1] not in _TERMINAL_NAMES and row[0] not in placed and row[0] not in lost
+    )
+    if twice or nowhere:
+        return f"in two places: {twice}; in none: {nowhere}"
+    return None
+
+
+def reservation_counter_matches_scan(
+    counter: int, running: Iterable[InferenceRequest], variant: str, block_size: int
+) -> Violation:
+    """The exact-reservation PR: ``counter`` (the target's ``num_reserved_decode_blocks``) equals
+    Σ over the running queue (``running``, head first) of the variant's running reservation."""
+    scan = sum(running_reservation(variant, r, block_size) for r in running)
+    if counter != scan:
+        return f"num_reserved_decode_blocks={counter} but the scan gives {scan}"
+    return None
+
+
+def pending_counter_matches_scan(
+    counter: int, remote: Iterable[InferenceRequest], variant: str, block_size: int
+) -> Violation:
+    """``counter`` (``pending_kv_decode_blocks``) equals Σ over the remote-pending requests
+    (``remote``) of the variant's remote reservation (reference §5.3, §5.6)."""
+    pending = sum(remote_reservation(variant, r, block_size) for r in remote)
+    if counter != pending:
+        return f"pending_kv_decode_blocks={counter} but the scan gives {pending}"
+    return None
+
+
+def admission_soundness(decode_oom_without_drafts: bool, variant: str) -> Violation:
+    """A question about a reservation variant, not a contract: a decode step never runs out of
+    pages unless draft tokens were used (``decode_oom_without_drafts`` says one did)."""
+    if decode_oom_without_drafts:
+        return f"a decode step ran out of pages with no draft tokens ({variant} reservation)"
+    return None
+
+
 # ----------------------------------------------------------------------------- vLLM CPU offload
 def arc_lists_bounded(s: OffloadManagerSnapshot) -> Violation:
-    """ARC (vllm.md §2.1, §2.3): ``|B1|, |B2| <= N``; ``0 <= target <= N``; ``|T1| + |T2| <= N``;
+    """ARC (docs/vllm.md §2.1, §2.3): ``|B1|, |B2| <= N``; ``0 <= target <= N``; ``|T1| + |T2| <= N``;
     T1, T2, B1, B2 pairwise disjoint; T1 + T2 are exactly the cached blocks. Holds for non-ARC
     snapshots vacuously."""
     p, n = s.policy, s.num_blocks
@@ -176,7 +240,7 @@ def arc_lists_bounded(s: OffloadManagerSnapshot) -> Violation:
 
 
 def lru_order_consistent(s: OffloadManagerSnapshot, variant: str) -> Violation:
-    """LRU (vllm.md §3): the eviction order lists each key once — v1 every cached key, v2 exactly
+    """LRU (docs/vllm.md §3): the eviction order lists each key once — v1 every cached key, v2 exactly
     the idle (``ref_cnt == 0``) keys. Holds for non-LRU snapshots vacuously."""
     p = s.policy
     if not isinstance(p, LRUSnapshot):
@@ -236,3 +300,32 @@ def offload_no_live_eviction(
     if outside:
         return f"blocks {outside} left the cache outside an eviction"
     return None
+
+
+# ----------------------------------------------------------------------------- every name
+# Every invariant name used anywhere (checkers' failures, SNAPSHOT_CHECKS, the mutant catalogue's
+# expected checks, proofs and explorer). Lockstep's outcome comparisons (``exception``,
+# ``return_value``, ``argument_mutation``, ``snapshot``) are comparisons, not invariants.
+INVARIANT_NAMES: tuple[str, ...] = (
+    # block manager (InfiniLM), one snapshot
+    "free_and_used_partition_pool",  # the free deque and the used set partition the pool
+    "free_pages_unreferenced",  # free pages have ref 0 and no hash; no negative ref count
+    "prefix_index_consistent",  # the prefix index and the page hashes agree; indexed pages used
+    # block manager, against the holders a driver knows
+    "referenced_count_matches_live_pages",  # usable counter and ref counts match live holders
+    "no_live_eviction",  # no held page is freed or evicted (offload: offload_no_live_eviction)
+    "no_leak_at_quiescence",  # with no holder left, every page is unreferenced
+    # comparison-only: spec vs target, or one snapshot before vs after a call
+    "identical_eviction_order",  # comparison-only: spec and target free/evict in the same order
+    "atomic_failure",  # comparison-only: a rejected validate-first call changed nothing
+    # InfiniLM scheduler
+    "request_in_exactly_one_place",  # each live request is waiting, running or remote, once
+    "reservation_counter_matches_scan",  # the decode-reservation counter equals the scan
+    "pending_counter_matches_scan",  # pending_kv_decode_blocks equals the remote scan
+    "admission_soundness",  # a question, checked on demand: no decode OOM without drafts
+    # vLLM CPU offload manager, ARC, LRU
+    "arc_lists_bounded",  # ARC's four lists and target within N, disjoint, T1+T2 cached
+    "lru_order_consistent",  # the LRU order lists each evictable key once
+    "offload_ids_partition_pool",  # free ids and cached ids partition the ids handed out
+    "evictable_counter_matches_scan",  # #45757: the evictable counter equals the idle scan
+)

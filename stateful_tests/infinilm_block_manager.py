@@ -13,40 +13,18 @@ common); small pools that fill up; reclaim counts around the free-deque length.
 
 from __future__ import annotations
 
-import random
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, NamedTuple
-
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-)
+from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.errors import OutOfBlocksError
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.prefix_cache import chain_hashes
 from spec.infinilm.snapshot import read_block_manager
-from stateful_tests.lockstep import (
-    Chooser,
-    DataChooser,
-    Divergence,
-    Lockstep,
-    RunResult,
-    Step,
-    fuzz_episodes,
-    run_machine,
-    shrink_steps,
-)
-
-COMPONENT = "infinilm-block-manager"
+from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.lockstep import Chooser, Lockstep, Step
 
 # Operations that validate their input before changing anything: when they raise, the snapshot must
 # not change. Reclamation inside allocate/append is not validation: OutOfBlocksError keeps evictions
@@ -188,6 +166,35 @@ class Driver:
             problem = inv.no_leak_at_quiescence(snap)
             if problem:
                 raise self.ls.fail("no_leak_at_quiescence", problem)
+
+    def check_invariant(self, name: str) -> None:
+        """One named invariant on the target's state now (the machine's ``@invariant``s)."""
+        if name == "referenced_count_matches_live_pages":
+            self.check_ledger([list(h.table) for h in self.holders])
+            return
+        problem = inv.STATE_INVARIANTS[name](read_block_manager(self.target))
+        if problem:
+            raise self.ls.fail(name, problem)
+
+    def replay_step(self, step: dict[str, Any]) -> None:
+        """Re-run one trace step; the ledger invariants against the holders it recorded (none
+        recorded: only the checks that need no ledger)."""
+        self.call(step["method"], *step["args"])
+        holders = step.get("holders")
+        usable = self.target.get_total_usable_blocks()
+        for name, problem in (
+            (
+                "referenced_count_matches_live_pages",
+                inv.referenced_count_matches_live_pages(self.ls.after, usable, holders),
+            ),
+            ("no_live_eviction", inv.no_live_eviction(self.ls.after, holders or [])),
+            (
+                "no_leak_at_quiescence",
+                inv.no_leak_at_quiescence(self.ls.after) if holders == [] else None,
+            ),
+        ):
+            if problem:
+                raise self.ls.fail(name, problem)
 
     def expect_rejected(self, out: Any) -> None:
         """A bad-input call that the spec accepted would desynchronise the ledger: stop using it."""
@@ -465,7 +472,7 @@ class Driver:
         self.after_call()
 
 
-# Operation table of the fuzzer: (name, weight, enabled(facts)); facts are computed once per step.
+# What the operations' enabling conditions read, computed once per step.
 class Facts(NamedTuple):
     prompts: bool
     requests: bool
@@ -487,298 +494,59 @@ class Facts(NamedTuple):
         )
 
 
-OPERATIONS: list[tuple[str, int, Callable[[Facts], bool]]] = [
-    ("capacity_query", 4, lambda f: True),
-    ("try_free_blocks", 4, lambda f: True),
-    ("allocate_slots", 10, lambda f: True),
-    ("allocate_slots_with_prefix", 14, lambda f: True),
-    ("get_computed_blocks", 3, lambda f: f.prompts),
-    ("publish_computed_blocks", 10, lambda f: f.requests),
-    ("append_slot", 14, lambda f: f.decodable),
-    ("append_slots", 5, lambda f: f.decodable),
-    ("truncate_blocks", 5, lambda f: f.requests),
-    ("update_blocks_slot", 2, lambda f: f.requests),
-    ("free_blocks", 12, lambda f: f.holders),
-    ("release_all", 1, lambda f: f.holders),
-    ("bad_double_free", 2, lambda f: f.released),
-    ("bad_page_id", 1, lambda f: True),
-    ("bad_counts", 1, lambda f: True),
-    ("bad_table_length", 1, lambda f: f.requests),
-    ("bad_duplicate_ids", 1, lambda f: f.requests),
-    ("bad_republish", 1, lambda f: f.indexed),
-]
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("capacity_query", 4),
+    Operation("try_free_blocks", 4),
+    Operation("allocate_slots", 10),
+    Operation("allocate_slots_with_prefix", 14),
+    Operation("get_computed_blocks", 3, lambda f: f.prompts),
+    Operation("publish_computed_blocks", 10, lambda f: f.requests),
+    Operation("append_slot", 14, lambda f: f.decodable),
+    Operation("append_slots", 5, lambda f: f.decodable),
+    Operation("truncate_blocks", 5, lambda f: f.requests),
+    Operation("update_blocks_slot", 2, lambda f: f.requests),
+    Operation("free_blocks", 12, lambda f: f.holders),
+    Operation("release_all", 1, lambda f: f.holders),
+    Operation("bad_double_free", 2, lambda f: f.released),
+    Operation("bad_page_id", 1),
+    Operation("bad_counts", 1),
+    Operation("bad_table_length", 1, lambda f: f.requests),
+    Operation("bad_duplicate_ids", 1, lambda f: f.requests),
+    Operation("bad_republish", 1, lambda f: f.indexed),
+)
 
 
-# ============================================================================ hypothesis machine
-def make_machine(target_factory: Callable[[int, int], Any]) -> type[RuleBasedStateMachine]:
-    """A lockstep ``RuleBasedStateMachine`` for ``target_factory`` (one rule per operation)."""
-
-    def has_requests(m: Any) -> bool:
-        return bool(m.d.requests())
-
-    class BlockManagerLockstep(RuleBasedStateMachine):
-        drivers_started = 0
-        steps_run = 0
-        last_driver: Driver | None = None
-        coverage: ClassVar[Counter[str]] = Counter()
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.d: Driver
-
-        @initialize(data=st.data())
-        def pool(self, data: st.DataObject) -> None:
-            c = DataChooser(data)
-            config = Config(num_blocks=c.int(1, 8), block_size=c.int(1, 4), vocab=2)
-            self.d = Driver(target_factory, config)
-            cls = type(self)
-            cls.drivers_started += 1
-            cls.last_driver = self.d
-
-        def _run(self, op: str, data: st.DataObject) -> None:
-            before = len(self.d.steps)
-            try:
-                getattr(self.d, op)(DataChooser(data))
-            finally:
-                cls = type(self)
-                cls.steps_run += len(self.d.steps) - before
-                cls.coverage[f"rule:{op}"] += 1
-
-        # simple operations first: shrinking prefers them
-        @rule(data=st.data())
-        def capacity_query(self, data: st.DataObject) -> None:
-            self._run("capacity_query", data)
-
-        @rule(data=st.data())
-        def try_free_blocks(self, data: st.DataObject) -> None:
-            self._run("try_free_blocks", data)
-
-        @rule(data=st.data())
-        def allocate_slots(self, data: st.DataObject) -> None:
-            self._run("allocate_slots", data)
-
-        @rule(data=st.data())
-        def allocate_slots_with_prefix(self, data: st.DataObject) -> None:
-            self._run("allocate_slots_with_prefix", data)
-
-        @precondition(lambda self: bool(self.d.prompts))
-        @rule(data=st.data())
-        def get_computed_blocks(self, data: st.DataObject) -> None:
-            self._run("get_computed_blocks", data)
-
-        @precondition(has_requests)
-        @rule(data=st.data())
-        def publish_computed_blocks(self, data: st.DataObject) -> None:
-            self._run("publish_computed_blocks", data)
-
-        @precondition(lambda self: bool(self.d.decodable()))
-        @rule(data=st.data())
-        def append_slot(self, data: st.DataObject) -> None:
-            self._run("append_slot", data)
-
-        @precondition(lambda self: bool(self.d.decodable()))
-        @rule(data=st.data())
-        def append_slots(self, data: st.DataObject) -> None:
-            self._run("append_slots", data)
-
-        @precondition(has_requests)
-        @rule(data=st.data())
-        def truncate_blocks(self, data: st.DataObject) -> None:
-            self._run("truncate_blocks", data)
-
-        @precondition(has_requests)
-        @rule(data=st.data())
-        def update_blocks_slot(self, data: st.DataObject) -> None:
-            self._run("update_blocks_slot", data)
-
-        @precondition(lambda self: bool(self.d.holders))
-        @rule(data=st.data())
-        def free_blocks(self, data: st.DataObject) -> None:
-            self._run("free_blocks", data)
-
-        @precondition(lambda self: bool(self.d.holders))
-        @rule(data=st.data())
-        def release_all(self, data: st.DataObject) -> None:
-            self._run("release_all", data)
-
-        @precondition(lambda self: bool(self.d.released))
-        @rule(data=st.data())
-        def bad_double_free(self, data: st.DataObject) -> None:
-            self._run("bad_double_free", data)
-
-        @rule(data=st.data())
-        def bad_page_id(self, data: st.DataObject) -> None:
-            self._run("bad_page_id", data)
-
-        @rule(data=st.data())
-        def bad_counts(self, data: st.DataObject) -> None:
-            self._run("bad_counts", data)
-
-        @precondition(has_requests)
-        @rule(data=st.data())
-        def bad_table_length(self, data: st.DataObject) -> None:
-            self._run("bad_table_length", data)
-
-        @precondition(has_requests)
-        @rule(data=st.data())
-        def bad_duplicate_ids(self, data: st.DataObject) -> None:
-            self._run("bad_duplicate_ids", data)
-
-        @precondition(lambda self: any(r.indexed > 0 for r in self.d.requests()))
-        @rule(data=st.data())
-        def bad_republish(self, data: st.DataObject) -> None:
-            self._run("bad_republish", data)
-
-        def teardown(self) -> None:
-            type(self).coverage.update(self.d.coverage)
-
-        # invariants, named as in DESIGN.md (the driver also checks them after every call)
-        def _state(self, name: str) -> None:
-            problem = inv.STATE_INVARIANTS[name](read_block_manager(self.d.target))
-            if problem:
-                raise self.d.ls.fail(name, problem)
-
-        @invariant()
-        def free_and_used_partition_pool(self) -> None:
-            self._state("free_and_used_partition_pool")
-
-        @invariant()
-        def free_pages_unreferenced(self) -> None:
-            self._state("free_pages_unreferenced")
-
-        @invariant()
-        def prefix_index_consistent(self) -> None:
-            self._state("prefix_index_consistent")
-
-        @invariant()
-        def referenced_count_matches_live_pages(self) -> None:
-            self.d.check_ledger([list(h.table) for h in self.d.holders])
-
-    return BlockManagerLockstep
+def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
+    """The hypothesis machine's pool: 1-8 pages of 1-4 tokens over a two-token vocabulary."""
+    return Config(num_blocks=c.int(1, 8), block_size=c.int(1, 4), vocab=2)
 
 
-# ============================================================================ runners
-def _trace(target: str, config: Config, failure: Divergence) -> dict[str, Any]:
-    from stateful_tests.lockstep import trace_document
-
-    return trace_document(COMPONENT, target, config.to_json(), failure.steps, failure)
-
-
-def check(target_factory: Callable[[int, int], Any], target: str, settings: Any) -> RunResult:
-    """Run the hypothesis lockstep machine under ``settings``; the shrunk trace on failure."""
-    return run_machine(
-        make_machine(target_factory), settings, target, lambda d, exc: _trace(target, d.config, exc)
+def fuzz_config(c: Chooser, variant: str | None, options: Options) -> Config:
+    """The fuzzer's pools: varied shapes, small ones (that fill up) most often."""
+    return Config(
+        num_blocks=c.pick((1, 2, 3, 4, 5, 6, 8, 12, 16)),
+        block_size=c.pick((1, 2, 3, 4, 8)),
+        vocab=c.pick((2, 2, 3)),
+        max_prompt_pages=c.pick((2, 4, 6)),
     )
 
 
-def fuzz(
-    target_factory: Callable[[int, int], Any],
-    target: str,
-    ops: int,
-    seed: int,
-    *,
-    episode_ops: int = 400,
-    progress: Callable[[int], None] | None = None,
-) -> RunResult:
-    """Seeded differential fuzzing: episodes on fresh pools of varied shape until ``ops`` calls."""
-
-    def new_driver(c: Chooser) -> Driver:
-        config = Config(
-            num_blocks=c.pick((1, 2, 3, 4, 5, 6, 8, 12, 16)),
-            block_size=c.pick((1, 2, 3, 4, 8)),
-            vocab=c.pick((2, 2, 3)),
-            max_prompt_pages=c.pick((2, 4, 6)),
-        )
-        return Driver(target_factory, config)
-
-    return fuzz_episodes(
-        target,
-        ops,
-        random.Random(seed),
-        new_driver=new_driver,
-        operations=OPERATIONS,
-        facts=Facts.of,
-        trace=lambda d, exc: _trace(target, d.config, exc),
-        episode_ops=episode_ops,
-        progress=progress,
-    )
-
-
-def replay(
-    document: dict[str, Any], target_factory: Callable[[int, int], Any], target: str
-) -> RunResult:
-    """Re-run a saved trace's calls on a fresh spec and ``target``; the same checks as ``check``."""
-    from stateful_tests.lockstep import decode
-
-    config = Config(**document["config"])
-    spec = SpecBlockManager(config.num_blocks, config.block_size)
-    subject = target_factory(config.num_blocks, config.block_size)
-    ls = Lockstep(
-        spec,
-        subject,
-        read_block_manager,
-        state_invariants=inv.STATE_INVARIANTS,
-        validate_first=validate_first,
-        snapshot_checks=SNAPSHOT_CHECKS,
-    )
-    started = time.perf_counter()
-    try:
-        for step in document["steps"]:
-            ls.call(step["method"], *decode(step["args"]))
-            holders = step.get("holders")
-            usable = subject.get_total_usable_blocks()
-            for name, problem in (
-                (
-                    "referenced_count_matches_live_pages",
-                    inv.referenced_count_matches_live_pages(ls.after, usable, holders),
-                ),
-                ("no_live_eviction", inv.no_live_eviction(ls.after, holders or [])),
-                (
-                    "no_leak_at_quiescence",
-                    inv.no_leak_at_quiescence(ls.after) if holders == [] else None,
-                ),
-            ):
-                if problem:
-                    raise ls.fail(name, problem)
-    except Divergence as exc:
-        return RunResult(
-            target,
-            False,
-            1,
-            len(exc.steps),
-            time.perf_counter() - started,
-            failure=exc,
-            trace=_trace(target, config, exc),
-        )
-    return RunResult(target, True, 1, len(ls.steps), time.perf_counter() - started)
-
-
-def shrink_trace(
-    document: dict[str, Any],
-    target_factory: Callable[[int, int], Any],
-    target: str,
-    *,
-    budget_seconds: float = 10.0,
-) -> dict[str, Any]:
-    """Delete steps from a failing trace while it still fails the same check (delta debugging).
-
-    Candidates are replayed without the recorded holders (deleting a step makes them stale), so
-    only traces whose failure does not need the ledger shrink; a candidate must also replay
-    cleanly with the spec as its own target, so a shrunk trace never blames the spec's misuse.
-    Returns the shortest failing trace found within ``budget_seconds`` (or ``document``).
-    """
-    check_name = (document.get("failure") or {}).get("check")
-
-    def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
-        candidate = {
-            **document,
-            "steps": [{k: v for k, v in s.items() if k != "holders"} for s in steps],
-        }
-        result = replay(candidate, target_factory, target)
-        if result.passed or result.failure is None or result.failure.check != check_name:
-            return None
-        if not replay(candidate, SpecBlockManager, "spec").passed:
-            return None
-        return result.trace
-
-    return shrink_steps(document, attempt, time.perf_counter() + budget_seconds)
+CHECKER = CheckerDef(
+    machine_name="BlockManagerLockstep",
+    driver=lambda target_cls, config, options: Driver(target_cls, config),
+    config_type=Config,
+    machine_config=machine_config,
+    fuzz_config=fuzz_config,
+    operations=OPERATIONS,
+    facts=Facts.of,
+    spec_cls=SpecBlockManager,
+    invariants=(
+        "free_and_used_partition_pool",
+        "free_pages_unreferenced",
+        "prefix_index_consistent",
+        "referenced_count_matches_live_pages",
+    ),
+    episode_ops=400,
+    # a 4-page pool filled and reclaimed: every rule, every REQUIRED path of the tests
+    examples=(Example(165, steps=120, config={"num_blocks": 4, "block_size": 2}),),
+)

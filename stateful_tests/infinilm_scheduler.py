@@ -19,15 +19,10 @@ checked only when asked (``soundness=True``).
 
 from __future__ import annotations
 
-import random
-import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
-
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from typing import Any
 
 from spec import invariants as inv
 from spec.errors import OutOfBlocksError
@@ -37,24 +32,11 @@ from spec.infinilm.scheduler import (
     KVConnectorOutput,
     ModelRunnerOutput,
     SchedulerOutput,
-    remote_reservation,
-    running_reservation,
 )
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
-from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager
-from stateful_tests.lockstep import (
-    Chooser,
-    DataChooser,
-    Divergence,
-    Lockstep,
-    RunResult,
-    fuzz_episodes,
-    run_machine,
-    shrink_steps,
-    trace_document,
-)
-
-COMPONENT = "infinilm-scheduler"
+from spec.infinilm.snapshot import SchedulerSnapshot, read_block_manager, read_scheduler
+from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.lockstep import Chooser, Lockstep
 
 
 @dataclass(frozen=True)
@@ -102,23 +84,6 @@ class ScriptedConnector:
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> Any:
         return [r.request_id for r in scheduler_output.scheduled_requests]
-
-
-class SchedulerSnapshot(NamedTuple):
-    waiting: tuple[str, ...]
-    running: tuple[str, ...]
-    remote: tuple[str, ...]
-    finished_receiving: tuple[str, ...]
-    failed_receiving: tuple[str, ...]
-    pending_free_blocks: tuple[tuple[str, tuple[int, ...]], ...]
-    pending_kv_decode_blocks: int
-    cache_stats: tuple[tuple[str, int], ...]
-    requests: tuple[tuple[Any, ...], ...]
-    mamba: tuple[Any, ...]
-    block_manager: BlockManagerSnapshot
-
-    def differing_fields(self, other: SchedulerSnapshot) -> list[str]:
-        return [name for name, a, b in zip(self._fields, self, other, strict=True) if a != b]
 
 
 def _ids(queue: Any) -> tuple[str, ...]:
@@ -201,6 +166,7 @@ class EngineHarness:
                 )
                 appended = 1
                 if draft and not out.is_prefill and self.config.speculation:
+                    assert ops is not None, "a decode step with speculation offers cache ops"
                     used_drafts = True
                     length = req.get_total_length()
                     table, _ = ops.append_verify_slots(list(req.block_table), length + 1, draft)
@@ -263,90 +229,63 @@ class EngineHarness:
         return {*_ids(s.waiting_queue), *_ids(s.running_queue), *s.remote_kv_requests}
 
     def snapshot(self) -> SchedulerSnapshot:
-        s = self.s
-        mamba = s.mamba_cache_manager
-        return SchedulerSnapshot(
-            waiting=_ids(s.waiting_queue),
-            running=_ids(s.running_queue),
-            remote=tuple(s.remote_kv_requests),
-            finished_receiving=tuple(sorted(s.finished_receiving_kv_req_ids)),
-            failed_receiving=tuple(sorted(s.failed_receiving_kv_req_ids)),
-            pending_free_blocks=tuple(
-                sorted((k, tuple(v)) for k, v in s.pending_free_blocks.items())
-            ),
-            pending_kv_decode_blocks=s.pending_kv_decode_blocks,
-            cache_stats=tuple(sorted(s.get_cache_stats().items())),
-            requests=tuple(
-                (
-                    rid,
-                    r.status.name,
-                    tuple(r.block_table),
-                    tuple(r.slot_mapping),
-                    r.num_blocks,
-                    r.num_computed_tokens,
-                    r.num_local_cached_tokens,
-                    r.num_cache_indexed_blocks,
-                    r.mamba_cache_index,
-                    r.get_num_generated_tokens(),
-                )
-                for rid, r in sorted(self.requests.items())
-            ),
-            mamba=(tuple(mamba.free_block_ids), tuple(mamba.used_block_ids)) if mamba else (),
-            block_manager=read_block_manager(s.cache_manager),
-        )
+        return read_scheduler(self.s, self.requests)
 
 
 # ----------------------------------------------------------------------------- invariants
-def _state_invariants(snap: SchedulerSnapshot) -> str | None:
-    for name, predicate in inv.STATE_INVARIANTS.items():
-        problem = predicate(snap.block_manager)
-        if problem:
-            return f"{name}: {problem}"
-    return None
+def state_invariants(snap: SchedulerSnapshot) -> str | None:
+    """The block-manager state invariants on the scheduler's pool (``"name: problem"``)."""
+    return inv.first_state_violation(snap.block_manager)
+
+
+def harness_checks(
+    h: EngineHarness, *, soundness: bool
+) -> list[tuple[str, Callable[[], str | None]]]:
+    """The invariants that need a harness's own objects, in checking order: (name, check)."""
+    s, size, variant = h.s, h.config.block_size, h.config.reservation
+    snap = read_scheduler(s, h.requests)
+    checks: list[tuple[str, Callable[[], str | None]]] = [
+        ("request_in_exactly_one_place", lambda: inv.request_in_exactly_one_place(snap, h.lost)),
+        (
+            "reservation_counter_matches_scan",
+            lambda: inv.reservation_counter_matches_scan(
+                s.num_reserved_decode_blocks, s.running_queue, variant, size
+            ),
+        ),
+        (
+            "pending_counter_matches_scan",
+            lambda: inv.pending_counter_matches_scan(
+                s.pending_kv_decode_blocks, s.remote_kv_requests.values(), variant, size
+            ),
+        ),
+        (
+            "referenced_count_matches_live_pages",
+            lambda: inv.referenced_count_matches_live_pages(
+                snap.block_manager, s.cache_manager.get_total_usable_blocks(), snap.holders(h.lost)
+            ),
+        ),
+        (
+            "no_leak_at_quiescence",
+            lambda: (
+                inv.no_leak_at_quiescence(snap.block_manager) if snap.quiescent(h.lost) else None
+            ),
+        ),
+        (
+            "admission_soundness",
+            lambda: (
+                inv.admission_soundness(h.decode_oom_without_drafts, variant) if soundness else None
+            ),
+        ),
+    ]
+    return checks
 
 
 def check_harness(h: EngineHarness, *, soundness: bool) -> tuple[str, str] | None:
-    """The invariants that need the target's own objects; ``(name, detail)`` of the first broken."""
-    s, size, variant = h.s, h.config.block_size, h.config.reservation
-    bm_snap = read_block_manager(s.cache_manager)
-    places = [*_ids(s.waiting_queue), *_ids(s.running_queue), *s.remote_kv_requests]
-    twice = sorted(rid for rid, n in Counter(places).items() if n > 1)
-    nowhere = sorted(
-        rid
-        for rid, r in h.requests.items()
-        if not r.is_finished() and rid not in places and rid not in h.lost
-    )
-    if twice or nowhere:
-        return "request_in_exactly_one_place", f"in two places: {twice}; in none: {nowhere}"
-    scan = sum(running_reservation(variant, r, size) for r in s.running_queue)
-    if s.num_reserved_decode_blocks != scan:
-        return (
-            "reservation_counter_matches_scan",
-            f"num_reserved_decode_blocks={s.num_reserved_decode_blocks} but the scan gives {scan}",
-        )
-    pending = sum(remote_reservation(variant, r, size) for r in s.remote_kv_requests.values())
-    if s.pending_kv_decode_blocks != pending:
-        return (
-            "pending_counter_matches_scan",
-            f"pending_kv_decode_blocks={s.pending_kv_decode_blocks} but the scan gives {pending}",
-        )
-    holders = [list(h.requests[rid].block_table) for rid in places]
-    holders += [list(h.requests[rid].block_table) for rid in sorted(h.lost)]
-    holders += [list(t) for t in s.pending_free_blocks.values()]
-    problem = inv.referenced_count_matches_live_pages(
-        bm_snap, s.cache_manager.get_total_usable_blocks(), holders
-    )
-    if problem:
-        return "referenced_count_matches_live_pages", problem
-    if not places and not s.pending_free_blocks and not h.lost:
-        problem = inv.no_leak_at_quiescence(bm_snap)
+    """``(name, detail)`` of the first broken harness invariant, or ``None``."""
+    for name, check in harness_checks(h, soundness=soundness):
+        problem = check()
         if problem:
-            return "no_leak_at_quiescence", problem
-    if soundness and h.decode_oom_without_drafts:
-        return (
-            "admission_soundness",
-            f"a decode step ran out of pages with no draft tokens ({variant} reservation)",
-        )
+            return name, problem
     return None
 
 
@@ -365,7 +304,7 @@ class Driver:
             self.spec_h,
             self.target_h,
             lambda h: h.snapshot(),
-            state_invariants={"block_manager": _state_invariants},
+            state_invariants={"block_manager": state_invariants},
             validate_first=lambda method, exc: False,
         )
         self.prompts: list[list[int]] = []
@@ -394,6 +333,19 @@ class Driver:
             raise self.ls.fail(*problem)
         self._paths(method, out)
         return out
+
+    def check_invariant(self, name: str) -> None:
+        """One named invariant on the target's state now (the machine's ``@invariant``s)."""
+        if name in inv.STATE_INVARIANTS:
+            problem = inv.STATE_INVARIANTS[name](read_block_manager(self.target_h.s.cache_manager))
+        else:
+            checks = dict(harness_checks(self.target_h, soundness=self.soundness))
+            problem = checks[name]()
+        if problem:
+            raise self.ls.fail(name, problem)
+
+    def replay_step(self, step: dict[str, Any]) -> None:
+        self.call(step["method"], *step["args"])
 
     def _paths(self, method: str, out: Any) -> None:
         s = self.spec_h.s
@@ -471,13 +423,13 @@ class Driver:
         self.call("can_accept_request", c.pick(self.waiting()), 0)
 
 
-OPERATIONS: list[tuple[str, int, Callable[[Driver], bool]]] = [
-    ("add_request", 6, lambda d: True),
-    ("step", 12, lambda d: True),
-    ("abort", 1, lambda d: bool(d.live())),
-    ("connector_events", 3, lambda d: d.config.connector),
-    ("can_accept_request", 1, lambda d: bool(d.waiting())),
-]
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("add_request", 6),
+    Operation("step", 12),
+    Operation("abort", 1, lambda d: bool(d.live())),
+    Operation("connector_events", 3, lambda d: d.config.connector),
+    Operation("can_accept_request", 1, lambda d: bool(d.waiting())),
+)
 
 
 def draw_config(c: Chooser, reservation: str | None, connector: bool | None = None) -> Config:
@@ -496,186 +448,50 @@ def draw_config(c: Chooser, reservation: str | None, connector: bool | None = No
     )
 
 
-# ----------------------------------------------------------------------------- runners
-def _trace(target: str, config: Config, failure: Divergence) -> dict[str, Any]:
-    return trace_document(COMPONENT, target, config.to_json(), failure.steps, failure)
+def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
+    """The hypothesis machine's engine: the ``connector`` option, when given, is not drawn."""
+    return draw_config(c, variant, options.get("connector"))
 
 
-def fuzz(
-    target_cls: Callable[..., Any],
-    target: str,
-    ops: int,
-    seed: int,
-    *,
-    reservation: str | None = None,
-    soundness: bool = False,
-    speculation: bool | None = None,
-    connector: bool | None = None,
-    episode_ops: int = 200,
-    progress: Callable[[int], None] | None = None,
-) -> RunResult:
-    """Seeded engine-loop fuzzing over varied configurations until ``ops`` events."""
-    overrides = {
-        k: v for k, v in (("speculation", speculation), ("connector", connector)) if v is not None
-    }
-
-    def new_driver(c: Chooser) -> Driver:
-        config = draw_config(c, reservation)
-        if overrides:
-            config = Config(**{**config.to_json(), **overrides})
-        return Driver(target_cls, config, soundness=soundness)
-
-    return fuzz_episodes(
-        target,
-        ops,
-        random.Random(seed),
-        new_driver=new_driver,
-        operations=OPERATIONS,
-        trace=lambda d, exc: _trace(target, d.config, exc),
-        episode_ops=episode_ops,
-        progress=progress,
-    )
+def fuzz_config(c: Chooser, variant: str | None, options: Options) -> Config:
+    """The fuzzer's engine: drawn in full, then the ``speculation``/``connector`` options given
+    replace what was drawn (so a seed draws the same sequence with or without them)."""
+    config = draw_config(c, variant)
+    overrides = {k: options[k] for k in ("speculation", "connector") if options.get(k) is not None}
+    return Config(**{**config.to_json(), **overrides}) if overrides else config
 
 
-def make_machine(
-    target_cls: Callable[..., Any],
-    reservation: str | None,
-    soundness: bool,
-    connector: bool | None = None,
-) -> type[RuleBasedStateMachine]:
-    class SchedulerLockstep(RuleBasedStateMachine):
-        drivers_started = 0
-        steps_run = 0
-        last_driver: Driver | None = None
-        coverage: Counter[str] = Counter()  # noqa: RUF012 (per generated class)
-
-        @initialize(data=st.data())
-        def configure(self, data: st.DataObject) -> None:
-            config = draw_config(DataChooser(data), reservation, connector)
-            self.d = Driver(target_cls, config, soundness=soundness)
-            cls = type(self)
-            cls.drivers_started += 1
-            cls.last_driver = self.d
-
-        def _run(self, op: str, data: st.DataObject) -> None:
-            before = len(self.d.steps)
-            try:
-                getattr(self.d, op)(DataChooser(data))
-            finally:
-                cls = type(self)
-                cls.steps_run += len(self.d.steps) - before
-                cls.coverage[f"rule:{op}"] += 1
-
-        @rule(data=st.data())
-        def add_request(self, data: st.DataObject) -> None:
-            self._run("add_request", data)
-
-        @rule(data=st.data())
-        def step(self, data: st.DataObject) -> None:
-            self._run("step", data)
-
-        @precondition(lambda self: bool(self.d.live()))
-        @rule(data=st.data())
-        def abort(self, data: st.DataObject) -> None:
-            self._run("abort", data)
-
-        @precondition(lambda self: self.d.config.connector)
-        @rule(data=st.data())
-        def connector_events(self, data: st.DataObject) -> None:
-            self._run("connector_events", data)
-
-        @precondition(lambda self: bool(self.d.waiting()))
-        @rule(data=st.data())
-        def can_accept_request(self, data: st.DataObject) -> None:
-            self._run("can_accept_request", data)
-
-        def teardown(self) -> None:
-            type(self).coverage.update(self.d.coverage)
-
-    return SchedulerLockstep
+def simplify_step(step: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A ``step`` event's plan without one of its rows (a dropped row means "token 0, no EOS")."""
+    if step["method"] != "step":
+        return
+    rows = list(step["args"][0])
+    for i in range(len(rows)):
+        yield {**step, "args": [rows[:i] + rows[i + 1 :]]}
 
 
-def check(
-    target_cls: Callable[..., Any],
-    target: str,
-    settings: Any,
-    *,
-    reservation: str | None = None,
-    soundness: bool = False,
-    connector: bool | None = None,
-) -> RunResult:
-    """Run the engine-loop lockstep machine under ``settings``."""
-    return run_machine(
-        make_machine(target_cls, reservation, soundness, connector),
-        settings,
-        target,
-        lambda d, exc: _trace(target, d.config, exc),
-    )
-
-
-def replay(
-    document: dict[str, Any],
-    target_cls: Callable[..., Any],
-    target: str,
-    *,
-    soundness: bool = False,
-) -> RunResult:
-    from stateful_tests.lockstep import decode
-
-    config = Config(**document["config"])
-    d = Driver(target_cls, config, soundness=soundness)
-    started = time.perf_counter()
-    try:
-        for step in document["steps"]:
-            d.call(step["method"], *decode(step["args"]))
-    except Divergence as exc:
-        return RunResult(
-            target,
-            False,
-            1,
-            len(exc.steps),
-            time.perf_counter() - started,
-            failure=exc,
-            trace=_trace(target, config, exc),
-        )
-    return RunResult(target, True, 1, len(d.steps), time.perf_counter() - started)
-
-
-def shrink_trace(
-    document: dict[str, Any],
-    target_cls: Callable[..., Any],
-    target: str,
-    *,
-    soundness: bool = False,
-    budget_seconds: float = 10.0,
-) -> dict[str, Any]:
-    """Delete events while the trace still fails the same check (and passes spec-vs-spec unless
-    the failing check is a property of the spec itself, like ``admission_soundness``)."""
-    check_name = (document.get("failure") or {}).get("check")
-    deadline = time.perf_counter() + budget_seconds
-    spec_property = check_name == "admission_soundness"
-
-    def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
-        candidate = {**document, "steps": list(steps)}
-        result = replay(candidate, target_cls, target, soundness=soundness)
-        if result.passed or result.failure is None or result.failure.check != check_name:
-            return None
-        if not spec_property and not replay(candidate, SpecScheduler, "spec").passed:
-            return None
-        return result.trace
-
-    best = shrink_steps(document, attempt, deadline)
-    if best is document:  # the trace does not reproduce: nothing to simplify
-        return document
-    # then simplify step plans: drop rows one by one (a dropped row means "token 0, no EOS")
-    for index, step in enumerate(best["steps"]):
-        if step["method"] != "step" or time.perf_counter() >= deadline:
-            continue
-        rows = list(step["args"][0])
-        for row in list(rows):
-            trial = [r for r in rows if r is not row]
-            steps = [*best["steps"][:index], {**step, "args": [trial]}, *best["steps"][index + 1 :]]
-            smaller = attempt(steps)
-            if smaller is not None:
-                best, rows = smaller, trial
-    return best
+CHECKER = CheckerDef(
+    machine_name="SchedulerLockstep",
+    driver=lambda target_cls, config, options: Driver(
+        target_cls, config, soundness=bool(options.get("soundness"))
+    ),
+    config_type=Config,
+    machine_config=machine_config,
+    fuzz_config=fuzz_config,
+    operations=OPERATIONS,
+    spec_cls=SpecScheduler,
+    invariants=(
+        *inv.STATE_INVARIANTS,
+        "request_in_exactly_one_place",
+        "reservation_counter_matches_scan",
+        "pending_counter_matches_scan",
+        "referenced_count_matches_live_pages",
+        "no_leak_at_quiescence",
+    ),
+    episode_ops=200,
+    options=("soundness", "connector", "speculation"),
+    spec_properties=frozenset({"admission_soundness"}),
+    simplify=simplify_step,
+    # a PD connector on a 4-page pool: remote-pending and parked requests, aborts, a full pool
+    examples=(Example(93, steps=60, config={"connector": True, "mamba": False, "num_blocks": 4}),),
+)

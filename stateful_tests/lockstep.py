@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,9 +218,9 @@ class Lockstep:
             if problem is not None:
                 raise self.fail(*problem)
         for name, predicate in self.state_invariants.items():
-            problem = predicate(target_snap)
-            if problem:
-                raise self.fail(name, problem)
+            violation = predicate(target_snap)
+            if violation:
+                raise self.fail(name, violation)
         return spec_out
 
 
@@ -333,122 +330,3 @@ def load_trace(path: Path) -> dict[str, Any]:
     ):
         raise ValueError(f"{path}: every step needs a method and a list of args")
     return document
-
-
-# ----------------------------------------------------------------------------- shared runners
-def fuzz_episodes(
-    target: str,
-    ops: int,
-    rng: random.Random,
-    *,
-    new_driver: Callable[[Chooser], Any],
-    operations: Sequence[tuple[str, int, Callable[[Any], bool]]],
-    facts: Callable[[Any], Any] = lambda d: d,
-    trace: Callable[[Any, Divergence], dict[str, Any]],
-    episode_ops: int,
-    progress: Callable[[int], None] | None = None,
-) -> RunResult:
-    """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls.
-
-    ``new_driver(chooser)`` draws a configuration and returns a driver with ``steps`` and
-    ``coverage``; ``operations`` are ``(name, weight, enabled(facts(driver)))`` rows, ``facts``
-    computing once per step what the ``enabled`` predicates read; the driver has one method per
-    operation name, taking the chooser.
-    """
-    chooser = RandomChooser(rng)
-    coverage: Counter[str] = Counter()
-    done = episodes = 0
-    started = time.perf_counter()
-    while done < ops:
-        d = new_driver(chooser)
-        episodes += 1
-        try:
-            while len(d.steps) < episode_ops and done + len(d.steps) < ops:
-                now = facts(d)
-                chosen = [(n, w) for n, w, ok in operations if ok(now)]
-                names, weights = [n for n, _ in chosen], [w for _, w in chosen]
-                name = rng.choices(names, weights)[0]
-                getattr(d, name)(chooser)
-                coverage[f"rule:{name}"] += 1
-        except Divergence as exc:
-            coverage.update(d.coverage)
-            return RunResult(
-                target,
-                False,
-                episodes,
-                done + len(d.steps),
-                time.perf_counter() - started,
-                dict(coverage),
-                exc,
-                trace(d, exc),
-            )
-        done += len(d.steps)
-        coverage.update(d.coverage)
-        if progress is not None:
-            progress(done)
-    return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
-
-
-def shrink_steps(
-    document: dict[str, Any],
-    attempt: Callable[[list[dict[str, Any]]], dict[str, Any] | None],
-    deadline: float,
-) -> dict[str, Any]:
-    """Delta debugging over a trace's steps: delete chunks (halving their size) while
-    ``attempt(steps)`` still returns a failing trace; the smallest one found by ``deadline``."""
-    best = attempt(document["steps"])
-    if best is None:
-        return document
-    chunk = max(1, len(best["steps"]) // 2)
-    while chunk >= 1 and time.perf_counter() < deadline:
-        i, progressed = 0, False
-        while i < len(best["steps"]) and time.perf_counter() < deadline:
-            smaller = attempt(best["steps"][:i] + best["steps"][i + chunk :])
-            if smaller is not None:
-                best, progressed = smaller, True
-            else:
-                i += chunk
-        if not progressed:
-            chunk //= 2
-    return best
-
-
-def _to_stderr(text: object) -> None:
-    sys.stderr.write(f"{text}\n")
-
-
-def run_machine(
-    machine: Any,
-    settings: Any,
-    target: str,
-    trace: Callable[[Any, Divergence], dict[str, Any]],
-) -> RunResult:
-    """Run a lockstep ``RuleBasedStateMachine`` class under ``settings``.
-
-    The class keeps ``drivers_started``, ``steps_run``, ``coverage`` and ``last_driver`` (after a
-    failure hypothesis re-runs the shrunk program last, so that driver holds the counterexample).
-    """
-    from hypothesis.reporting import with_reporter
-    from hypothesis.stateful import run_state_machine_as_test
-
-    started = time.perf_counter()
-    try:
-        # hypothesis' own reports (e.g. its shrink-time warning) go to stderr: stdout may carry
-        # the CLI's one JSON document
-        with with_reporter(_to_stderr):
-            run_state_machine_as_test(machine, settings=settings)
-        failure = None
-    except Divergence as exc:
-        failure = exc
-    result = RunResult(
-        target,
-        failure is None,
-        machine.drivers_started,
-        machine.steps_run,
-        time.perf_counter() - started,
-        dict(machine.coverage),
-        failure,
-    )
-    if failure is not None and machine.last_driver is not None:
-        result.trace = trace(machine.last_driver, failure)
-    return result

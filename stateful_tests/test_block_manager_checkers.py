@@ -9,16 +9,17 @@ import pytest
 from hypothesis import settings
 
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
+from kvspec import components
 from spec.errors import KvspecError, exception_kind
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
-from stateful_tests.infinilm_block_manager import OPERATIONS, check, fuzz, replay, shrink_trace
+from stateful_tests.infinilm_block_manager import OPERATIONS
 from stateful_tests.lockstep import load_trace, save_trace
-from stateful_tests.mutants import CATALOGUE
 from stateful_tests.profiles import shrink_budget
 
-BLOCK_MANAGER_MUTANTS = sorted(
-    n for n, m in CATALOGUE.items() if m.component == "infinilm-block-manager"
-)
+BM = components.get("infinilm-block-manager")
+CATALOGUE = {m.name: m for m in BM.planted}
+BLOCK_MANAGER_MUTANTS = sorted(CATALOGUE)
+check, fuzz, replay, shrink_trace = BM.check, BM.fuzz, BM.replay, BM.shrink
 
 # Paths a green run must have exercised, or it proves little (eviction, failures, full pools).
 REQUIRED_PATHS = {
@@ -44,7 +45,7 @@ def test_lockstep_machine_passes_on_impl_and_exercises_every_rule() -> None:
     result = check(ImplBlockManager, "impl", settings())
     assert result.passed, result.failure
     rules = {k.removeprefix("rule:") for k in result.coverage if k.startswith("rule:")}
-    assert rules == {name for name, _, _ in OPERATIONS}
+    assert rules == {op.name for op in OPERATIONS}
     missing = REQUIRED_PATHS - set(result.coverage)
     assert not missing, f"the machine never exercised {missing}"
 

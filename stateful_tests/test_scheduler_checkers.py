@@ -9,14 +9,16 @@ import pytest
 from hypothesis import settings
 
 from impl.infinilm.scheduler import Scheduler as ImplScheduler
+from kvspec import components
 from spec.infinilm.scheduler import RESERVATIONS
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
-from stateful_tests.infinilm_scheduler import check, fuzz, replay, shrink_trace
 from stateful_tests.lockstep import load_trace
-from stateful_tests.mutants import CATALOGUE
 from stateful_tests.profiles import shrink_budget
 
-SCHEDULER_MUTANTS = sorted(n for n, m in CATALOGUE.items() if m.component == "infinilm-scheduler")
+SCHED = components.get("infinilm-scheduler")
+CATALOGUE = {m.name: m for m in SCHED.planted}
+SCHEDULER_MUTANTS = sorted(CATALOGUE)
+check, fuzz, replay, shrink_trace = SCHED.check, SCHED.fuzz, SCHED.replay, SCHED.shrink
 
 REQUIRED_PATHS = {
     "path:prefill_step",
@@ -33,7 +35,7 @@ REQUIRED_PATHS = {
 
 @pytest.mark.parametrize("variant", RESERVATIONS)
 def test_impl_agrees_with_spec_under_the_fuzzer(variant: str) -> None:
-    result = fuzz(ImplScheduler, "impl", 30_000, seed=11, reservation=variant)
+    result = fuzz(ImplScheduler, "impl", 30_000, seed=11, variant=variant)
     assert result.passed, result.failure
     missing = REQUIRED_PATHS - set(result.coverage)
     assert not missing, f"the fuzzer never exercised {missing}"
@@ -41,7 +43,7 @@ def test_impl_agrees_with_spec_under_the_fuzzer(variant: str) -> None:
 
 @pytest.mark.parametrize("variant", RESERVATIONS)
 def test_impl_agrees_with_spec_under_the_lockstep_machine(variant: str) -> None:
-    result = check(ImplScheduler, "impl", settings(max_examples=100), reservation=variant)
+    result = check(ImplScheduler, "impl", settings(max_examples=100), variant=variant)
     assert result.passed, result.failure
     assert {"rule:add_request", "rule:step", "rule:abort", "rule:connector_events"} <= set(
         result.coverage
@@ -51,7 +53,7 @@ def test_impl_agrees_with_spec_under_the_lockstep_machine(variant: str) -> None:
 @pytest.mark.parametrize("name", SCHEDULER_MUTANTS)
 def test_scheduler_mutant_is_killed_by_the_fuzzer_with_a_short_repro(name: str) -> None:
     mutant = CATALOGUE[name]
-    result = fuzz(mutant.cls, f"mutant:{name}", 50_000, seed=0, reservation=mutant.variant)
+    result = fuzz(mutant.cls, f"mutant:{name}", 50_000, seed=0, variant=mutant.variant)
     assert not result.passed, f"mutant {name} survived 50,000 engine events"
     assert result.trace is not None
     short = shrink_trace(result.trace, mutant.cls, f"mutant:{name}")
@@ -84,8 +86,7 @@ def test_scheduler_mutant_is_killed_by_the_lockstep_machine(name: str) -> None:
             mutant.cls,
             f"mutant:{name}",
             settings(),
-            reservation=mutant.variant,
-            connector=mutant.connector,
+            **SCHED.mutant_options(mutant),
         )
     assert not result.passed, f"mutant {name} survived the hypothesis machine"
 
@@ -100,7 +101,7 @@ def test_admission_is_sound_without_a_pd_connector(variant: str) -> None:
         "spec",
         40_000,
         seed=5,
-        reservation=variant,
+        variant=variant,
         soundness=True,
         speculation=False,
         connector=False,

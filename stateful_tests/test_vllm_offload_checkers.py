@@ -14,22 +14,47 @@ import pytest
 from hypothesis import Phase, settings
 
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplManager
+from kvspec import components
 from kvspec.cli import main
 from spec.vllm import Key
+from spec.vllm.offload_manager import VARIANTS
 from spec.vllm.offload_manager import CPUOffloadingManager as SpecManager
 from stateful_tests import profiles
 from stateful_tests.lockstep import load_trace, save_trace
-from stateful_tests.mutants import CATALOGUE, EQUIVALENT_MUTANTS
-from stateful_tests.vllm_offload import (
-    COMPONENTS,
-    OPERATIONS,
-    VARIANTS,
-    check,
-    fuzz,
-    mutant_options,
-    replay,
-    shrink_trace,
-)
+from stateful_tests.vllm_offload import OPERATIONS
+
+COMPONENTS = {"vllm-arc": "arc", "vllm-lru": "lru"}
+BY_POLICY = {policy: components.get(name) for name, policy in COMPONENTS.items()}
+CATALOGUE = components.catalogue()
+EQUIVALENT_MUTANTS = components.equivalent_mutants()
+
+
+def check(cls: Any, label: str, settings: Any, *, policy: str, variant: str | None = None) -> Any:
+    return BY_POLICY[policy].check(cls, label, settings, variant=variant)
+
+
+def fuzz(
+    cls: Any, label: str, ops: int, seed: int, *, policy: str, variant: str | None = None
+) -> Any:
+    return BY_POLICY[policy].fuzz(cls, label, ops, seed, variant=variant)
+
+
+def replay(document: dict[str, Any], cls: Any, label: str) -> Any:
+    return components.get(document["component"]).replay(document, cls, label)
+
+
+def shrink_trace(
+    document: dict[str, Any], cls: Any, label: str, *, budget_seconds: float = 10.0
+) -> Any:
+    return components.get(document["component"]).shrink(
+        document, cls, label, budget_seconds=budget_seconds
+    )
+
+
+def mutant_options(m: Any) -> dict[str, Any]:
+    """The keywords of the wrappers above that put mutant ``m`` in its configuration."""
+    return {"policy": COMPONENTS[m.component], "variant": m.variant}
+
 
 CASES = [(policy, variant) for policy in ("arc", "lru") for variant in VARIANTS[policy]]
 OFFLOAD_MUTANTS = sorted(n for n, m in CATALOGUE.items() if m.component in COMPONENTS)
@@ -74,9 +99,7 @@ def test_impl_agrees_with_spec_under_the_lockstep_machine(policy: str, variant: 
     result = check(ImplManager, "impl", profiles.get("ci"), policy=policy, variant=variant)
     assert result.passed, result.failure
     rules = {k.removeprefix("rule:") for k in result.coverage if k.startswith("rule:")}
-    expected = {name for name, _, _ in OPERATIONS} - (
-        {"touch_ghosts"} if policy == "lru" else set()
-    )
+    expected = {op.name for op in OPERATIONS} - ({"touch_ghosts"} if policy == "lru" else set())
     assert rules == expected
     missing = required(policy, variant) - {"path:t1_fallback_pick"} - set(result.coverage)
     assert not missing, f"the machine never exercised {missing}"
@@ -147,7 +170,7 @@ def test_offload_mutant_is_killed_by_the_lockstep_machine(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EQUIVALENT_MUTANTS))
 def test_equivalent_mutant_is_not_reported(name: str) -> None:
-    """A change proved observably equivalent (vllm.md §2.3) must not be called a bug."""
+    """A change proved observably equivalent (docs/vllm.md §2.3) must not be called a bug."""
     m = EQUIVALENT_MUTANTS[name]
     assert name not in CATALOGUE
     for variant in VARIANTS["arc"]:

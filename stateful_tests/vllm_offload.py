@@ -1,7 +1,7 @@
-"""Lockstep checking of vLLM CPU offload managers (``vllm-arc``, ``vllm-lru``): driver, machine, fuzzer.
+"""Lockstep checking of vLLM CPU offload managers (ARC and LRU policies): the driver and its draws.
 
 A :class:`ManagerHarness` wraps one ``CPUOffloadingManager`` and exposes the manager alphabet
-(shared/reference/vllm.md §1.2, §6) with JSON-able arguments and results: ``prepare_store`` as
+(docs/vllm.md §1.2, §6) with JSON-able arguments and results: ``prepare_store`` as
 ``None`` or ``{"keys_to_store", "block_ids", "evicted_keys"}``, ``prepare_load`` as its block ids,
 ``lookup`` as the result's name, ``take_events`` as ``[[keys...], removed]`` rows (the generator
 consumed). Two harnesses (spec, target) are driven through
@@ -10,7 +10,7 @@ lists in order, ``None``), the exception kinds, and ``snapshot()`` (T1, T2, B1, 
 target, or the LRU order; ids, ref counts, the free-id stack, pending events, the threshold
 tracker) must be equal.
 
-Invariants after every call (spec/invariants.py; names as in shared/DESIGN.md):
+Invariants after every call (spec/invariants.py; names as in docs/design.md):
 ``arc_lists_bounded``, ``lru_order_consistent``, ``offload_ids_partition_pool`` (``id pool
 partition``), ``evictable_counter_matches_scan`` (the target's #45757 counter against its idle
 blocks), ``no_live_eviction`` (loading, pending and protected blocks are never evicted; nothing but
@@ -28,65 +28,25 @@ keys, loading missing or pending keys).
 
 from __future__ import annotations
 
-import random
-import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, NamedTuple
-
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.vllm.arc import ARCSnapshot
-from spec.vllm.offload_manager import CPUOffloadingManager as SpecManager
-from spec.vllm.offload_manager import OffloadManagerSnapshot, read_offload_manager
-from stateful_tests.lockstep import (
-    Chooser,
-    DataChooser,
-    Divergence,
-    Lockstep,
-    RunResult,
-    Step,
-    decode,
-    fuzz_episodes,
-    run_machine,
-    shrink_steps,
-    trace_document,
+from spec.vllm.offload_manager import (
+    VARIANTS,
+    OffloadManagerSnapshot,
+    read_offload_manager,
+    variant_keywords,
 )
-
-COMPONENTS = {"vllm-arc": "arc", "vllm-lru": "lru"}
-"""Component name -> ``cache_policy``."""
-
-VARIANTS: dict[str, tuple[str, ...]] = {
-    "arc": ("no_fallback", "t1_fallback"),  # #50992 state / #55461 (``arc_t1_fallback=True``)
-    "lru": ("v2", "v1"),  # #46216 (the #50992 state) / #37874 (``lru="v1"``)
-}
-"""Named variants per policy, the default (the #50992 state) first."""
+from spec.vllm.offload_manager import CPUOffloadingManager as SpecManager
+from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step
 
 SNAPSHOT_CHECKS = {"free_list": "identical_eviction_order"}
 STATE_INVARIANTS = ("arc_lists_bounded", "offload_ids_partition_pool", "lru_order_consistent")
-
-
-def component_of(policy: str) -> str:
-    return f"vllm-{policy}"
-
-
-def mutant_options(m: Any) -> dict[str, Any]:
-    """The checker keywords that put a catalogue mutant (``stateful_tests.mutants.Mutant``) in the
-    configuration its bug lives in: its component's policy and its variant (``None``: drawn)."""
-    return {"policy": COMPONENTS[m.component], "variant": m.variant}
-
-
-def variant_keywords(policy: str, variant: str) -> dict[str, Any]:
-    """The constructor keyword selecting ``variant``; nothing for the default, so a target with
-    upstream's constructor (no kvspec variant keywords) runs the default variant."""
-    if variant not in VARIANTS.get(policy, ()):
-        raise ValueError(f"unknown {policy} variant {variant!r}; choose one of {VARIANTS[policy]}")
-    if policy == "arc":
-        return {"arc_t1_fallback": True} if variant == "t1_fallback" else {}
-    return {"lru": "v1"} if variant == "v1" else {}
 
 
 @dataclass(frozen=True)
@@ -174,7 +134,7 @@ def _read(h: ManagerHarness) -> OffloadManagerSnapshot:
     return read_offload_manager(h.m)
 
 
-def _state_invariants(variant: str) -> dict[str, Callable[[OffloadManagerSnapshot], str | None]]:
+def state_invariants(variant: str) -> dict[str, Callable[[OffloadManagerSnapshot], str | None]]:
     return {
         "arc_lists_bounded": inv.arc_lists_bounded,
         "offload_ids_partition_pool": inv.offload_ids_partition_pool,
@@ -239,7 +199,7 @@ class Driver:
             self.spec_h,
             self.target_h,
             _read,
-            state_invariants=_state_invariants(config.variant),
+            state_invariants=state_invariants(config.variant),
             validate_first=lambda method, exc: True,  # every raising manager call validates first
             snapshot_checks=SNAPSHOT_CHECKS,
         )
@@ -269,6 +229,18 @@ class Driver:
         self._check_counter()
         self._paths(method, args, before, after, out)
         return out
+
+    def check_invariant(self, name: str) -> None:
+        """One named invariant on the target's state now (the machine's ``@invariant``s)."""
+        if name == "evictable_counter_matches_scan":
+            self._check_counter()
+            return
+        problem = state_invariants(self.config.variant)[name](_read(self.target_h))
+        if problem:
+            raise self.ls.fail(name, problem)
+
+    def replay_step(self, step: dict[str, Any]) -> None:
+        self.call(step["method"], *step["args"])
 
     def _check_counter(self) -> None:
         if not self._counter_checked:
@@ -340,7 +312,7 @@ class Driver:
         ):
             evicted = f"evicted {t_ret['evicted_keys']}, spec evicted {s_ret['evicted_keys']}"
             checks.append(("identical_eviction_order", evicted))
-        for name, predicate in _state_invariants(self.config.variant).items():
+        for name, predicate in state_invariants(self.config.variant).items():
             checks.append((name, predicate(target_snap)))
         if self._counter_checked:
             counter = getattr(self.target_h.m, "_num_evictable_cache_blocks", None)
@@ -571,6 +543,8 @@ class Driver:
         """``prepare_load`` of a missing or pending key, sometimes after good keys."""
         cached = set(self.blocks())
         bad_keys = self.pending() + [k for k in self.keys if k not in cached]
+        if not bad_keys:  # every key is cached and ready (a key alphabet no larger than the pool)
+            return
         keys = [c.pick(self.ready())] if self.ready() and c.chance(0.5) else []
         keys.insert(c.int(0, len(keys)), c.pick(bad_keys))
         self.call("prepare_load", keys)
@@ -616,239 +590,48 @@ class Facts(NamedTuple):
         )
 
 
-OPERATIONS: list[tuple[str, int, Callable[[Facts], bool]]] = [
-    ("lookup", 4, lambda f: True),
-    ("take_events", 2, lambda f: True),
-    ("touch", 8, lambda f: True),
-    ("touch_ghosts", 3, lambda f: f.ghosts),
-    ("prepare_store", 12, lambda f: True),
-    ("store_and_complete", 6, lambda f: True),
-    ("complete_store", 10, lambda f: f.pending),
-    ("prepare_load", 7, lambda f: f.ready),
-    ("complete_load", 8, lambda f: f.loading),
-    ("reset_cache", 1, lambda f: f.filled),
-    ("complete_unknown", 1, lambda f: True),
-    ("bad_duplicate_store", 1, lambda f: True),
-    ("bad_load", 1, lambda f: True),
-    ("bad_complete_load", 1, lambda f: True),
-]
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("lookup", 4),
+    Operation("take_events", 2),
+    Operation("touch", 8),
+    Operation("touch_ghosts", 3, lambda f: f.ghosts),
+    Operation("prepare_store", 12),
+    Operation("store_and_complete", 6),
+    Operation("complete_store", 10, lambda f: f.pending),
+    Operation("prepare_load", 7, lambda f: f.ready),
+    Operation("complete_load", 8, lambda f: f.loading),
+    Operation("reset_cache", 1, lambda f: f.filled),
+    Operation("complete_unknown", 1),
+    Operation("bad_duplicate_store", 1),
+    Operation("bad_load", 1),
+    Operation("bad_complete_load", 1),
+)
 
 
-# ============================================================================ hypothesis machine
-def make_machine(
-    target_cls: Callable[..., Any], policy: str, variant: str | None
-) -> type[RuleBasedStateMachine]:
-    """A lockstep ``RuleBasedStateMachine`` over the manager alphabet (one rule per operation)."""
-
-    class OffloadManagerLockstep(RuleBasedStateMachine):
-        drivers_started = 0
-        steps_run = 0
-        last_driver: Driver | None = None
-        coverage: ClassVar[Counter[str]] = Counter()
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.d: Driver
-
-        @initialize(data=st.data())
-        def manager(self, data: st.DataObject) -> None:
-            self.d = Driver(target_cls, draw_config(DataChooser(data), policy, variant))
-            cls = type(self)
-            cls.drivers_started += 1
-            cls.last_driver = self.d
-
-        def _run(self, op: str, data: st.DataObject) -> None:
-            before = len(self.d.steps)
-            try:
-                getattr(self.d, op)(DataChooser(data))
-            finally:
-                cls = type(self)
-                cls.steps_run += len(self.d.steps) - before
-                cls.coverage[f"rule:{op}"] += 1
-
-        # simple operations first: shrinking prefers them
-        @rule(data=st.data())
-        def lookup(self, data: st.DataObject) -> None:
-            self._run("lookup", data)
-
-        @rule(data=st.data())
-        def take_events(self, data: st.DataObject) -> None:
-            self._run("take_events", data)
-
-        @rule(data=st.data())
-        def touch(self, data: st.DataObject) -> None:
-            self._run("touch", data)
-
-        @precondition(lambda self: bool(self.d.ghosts()))
-        @rule(data=st.data())
-        def touch_ghosts(self, data: st.DataObject) -> None:
-            self._run("touch_ghosts", data)
-
-        @rule(data=st.data())
-        def prepare_store(self, data: st.DataObject) -> None:
-            self._run("prepare_store", data)
-
-        @rule(data=st.data())
-        def store_and_complete(self, data: st.DataObject) -> None:
-            self._run("store_and_complete", data)
-
-        @precondition(lambda self: bool(self.d.pending()))
-        @rule(data=st.data())
-        def complete_store(self, data: st.DataObject) -> None:
-            self._run("complete_store", data)
-
-        @precondition(lambda self: bool(self.d.ready()))
-        @rule(data=st.data())
-        def prepare_load(self, data: st.DataObject) -> None:
-            self._run("prepare_load", data)
-
-        @precondition(lambda self: bool(self.d.loading()))
-        @rule(data=st.data())
-        def complete_load(self, data: st.DataObject) -> None:
-            self._run("complete_load", data)
-
-        @precondition(lambda self: Facts.of(self.d).filled)
-        @rule(data=st.data())
-        def reset_cache(self, data: st.DataObject) -> None:
-            self._run("reset_cache", data)
-
-        @rule(data=st.data())
-        def complete_unknown(self, data: st.DataObject) -> None:
-            self._run("complete_unknown", data)
-
-        @rule(data=st.data())
-        def bad_duplicate_store(self, data: st.DataObject) -> None:
-            self._run("bad_duplicate_store", data)
-
-        @rule(data=st.data())
-        def bad_load(self, data: st.DataObject) -> None:
-            self._run("bad_load", data)
-
-        @rule(data=st.data())
-        def bad_complete_load(self, data: st.DataObject) -> None:
-            self._run("bad_complete_load", data)
-
-        def teardown(self) -> None:
-            type(self).coverage.update(self.d.coverage)
-
-        # invariants, named as in DESIGN.md (the driver also checks them after every call)
-        def _state(self, name: str) -> None:
-            problem = _state_invariants(self.d.config.variant)[name](_read(self.d.target_h))
-            if problem:
-                raise self.d.ls.fail(name, problem)
-
-        @invariant()
-        def arc_lists_bounded(self) -> None:
-            self._state("arc_lists_bounded")
-
-        @invariant()
-        def offload_ids_partition_pool(self) -> None:
-            self._state("offload_ids_partition_pool")
-
-        @invariant()
-        def lru_order_consistent(self) -> None:
-            self._state("lru_order_consistent")
-
-        @invariant()
-        def evictable_counter_matches_scan(self) -> None:
-            self.d._check_counter()
-
-    return OffloadManagerLockstep
+def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
+    return draw_config(c, options["policy"], variant)
 
 
-# ============================================================================ runners
-def _trace(target: str, config: Config, failure: Divergence) -> dict[str, Any]:
-    return trace_document(
-        component_of(config.policy), target, config.to_json(), failure.steps, failure
-    )
-
-
-def check(
-    target_cls: Callable[..., Any],
-    target: str,
-    settings: Any,
-    *,
-    policy: str = "arc",
-    variant: str | None = None,
-) -> RunResult:
-    """Run the lockstep machine under ``settings`` (``variant=None``: drawn per program)."""
-    return run_machine(
-        make_machine(target_cls, policy, variant),
-        settings,
-        target,
-        lambda d, exc: _trace(target, d.config, exc),
-    )
-
-
-def fuzz(
-    target_cls: Callable[..., Any],
-    target: str,
-    ops: int,
-    seed: int,
-    *,
-    policy: str = "arc",
-    variant: str | None = None,
-    episode_ops: int = 300,
-    progress: Callable[[int], None] | None = None,
-) -> RunResult:
-    """Seeded differential fuzzing: episodes on fresh managers of drawn shape until ``ops`` calls
-    (``variant=None``: drawn per episode)."""
-
-    def new_driver(c: Chooser) -> Driver:
-        return Driver(target_cls, draw_config(c, policy, variant))
-
-    return fuzz_episodes(
-        target,
-        ops,
-        random.Random(seed),
-        new_driver=new_driver,
-        operations=OPERATIONS,
-        facts=Facts.of,
-        trace=lambda d, exc: _trace(target, d.config, exc),
-        episode_ops=episode_ops,
-        progress=progress,
-    )
-
-
-def replay(document: dict[str, Any], target_cls: Callable[..., Any], target: str) -> RunResult:
-    """Re-run a saved trace's calls on a fresh spec and ``target``; the same checks as ``check``."""
-    config = Config(**document["config"])
-    started = time.perf_counter()
-    try:
-        d = Driver(target_cls, config)
-        for step in document["steps"]:
-            d.call(step["method"], *decode(step["args"]))
-    except Divergence as exc:
-        return RunResult(
-            target,
-            False,
-            1,
-            len(exc.steps),
-            time.perf_counter() - started,
-            failure=exc,
-            trace=_trace(target, config, exc),
-        )
-    return RunResult(target, True, 1, len(d.steps), time.perf_counter() - started)
-
-
-def shrink_trace(
-    document: dict[str, Any],
-    target_cls: Callable[..., Any],
-    target: str,
-    *,
-    budget_seconds: float = 10.0,
-) -> dict[str, Any]:
-    """Delete calls from a failing trace while it still fails the same check and still replays
-    cleanly spec-vs-spec (delta debugging); the shortest found within ``budget_seconds``."""
-    check_name = (document.get("failure") or {}).get("check")
-
-    def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
-        candidate = {**document, "steps": list(steps)}
-        result = replay(candidate, target_cls, target)
-        if result.passed or result.failure is None or result.failure.check != check_name:
-            return None
-        if not replay(candidate, SpecManager, "spec").passed:
-            return None
-        return result.trace
-
-    return shrink_steps(document, attempt, time.perf_counter() + budget_seconds)
+CHECKER = CheckerDef(
+    machine_name="OffloadManagerLockstep",
+    driver=lambda target_cls, config, options: Driver(target_cls, config),
+    config_type=Config,
+    machine_config=machine_config,
+    fuzz_config=machine_config,
+    operations=OPERATIONS,
+    facts=Facts.of,
+    spec_cls=SpecManager,
+    invariants=(*STATE_INVARIANTS, "evictable_counter_matches_scan"),
+    episode_ops=300,
+    options=("policy",),
+    # full 3-block caches, with and without the store threshold: ghost hits in B1 and B2, T2
+    # victims, the T1 fallback, failed stores and evictions, every bad input
+    examples=(
+        Example(2, steps=150, config={"num_blocks": 3, "num_keys": 7, "store_threshold": 1}),
+        Example(
+            10,
+            steps=100,
+            config={"num_blocks": 3, "num_keys": 7, "store_threshold": 2, "max_tracker_size": 6},
+        ),
+    ),
+)

@@ -1,7 +1,7 @@
 """``kvspec admission``: the wave-by-wave admission predictor (kvspec/admission.py).
 
 Every number asserted here is derived by hand in a comment from the reservation formulas of
-reference infinilm.md §7.1 (B = block size, P = prompt, M = max_tokens, g = generated tokens; a
+docs/infinilm.md §7.1 (B = block size, P = prompt, M = max_tokens, g = generated tokens; a
 running request with g = 1 holds ceil(P / B) pages):
 
 * running, legacy: ceil((M - g) / B);

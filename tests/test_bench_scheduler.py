@@ -1,6 +1,6 @@
 """The scheduler benches (``kvspec bench schedule|capacity|admission``): shape and fixtures.
 
-Benchmarks report ratios measured side by side; nothing here asserts a timing (shared/DESIGN.md).
+Benchmarks report ratios measured side by side; nothing here asserts a timing (docs/design.md).
 What is pinned: every suite runs quickly with ``--quick``, emits one JSON document of well-formed
 rows with positive ratios, and its fixtures are the ones the rows claim (both sides on equal state).
 """

@@ -1,6 +1,6 @@
 """The vLLM offload benches (``kvspec bench arc|lru``): shape, fixture and the agreement check.
 
-Benchmarks report ratios measured side by side; nothing here asserts a timing (shared/DESIGN.md).
+Benchmarks report ratios measured side by side; nothing here asserts a timing (docs/design.md).
 What is pinned: both suites run quickly with ``--quick`` and emit one JSON document of well-formed
 rows; the fixture is the one the rows claim (a full cache, T1 and T2 non-empty, T1's front being
 loaded, one ``prepare_store`` evicting half of it); and a bench whose impl does different work

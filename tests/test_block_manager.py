@@ -1,7 +1,7 @@
 """Behavioural tests of InfiniLM v0.2.9c's ``BlockManager`` and ``MambaCacheManager``.
 
 Every behavioural test runs against both the executable spec and the optimised implementation
-(ids ``spec`` and ``impl``). Section numbers refer to shared/reference/infinilm.md.
+(ids ``spec`` and ``impl``). Section numbers refer to docs/infinilm.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``kvspec`` CLI contract (shared/DESIGN.md, "CLI contract"), exercised in-process.
+"""The ``kvspec`` CLI contract (docs/design.md, "CLI contract"), exercised in-process.
 
 Exit status 0 means everything checked holds, 1 a check failed (counterexample printed and saved),
 2 could not run (said in one line on stderr). ``--json`` prints exactly one JSON document on stdout.

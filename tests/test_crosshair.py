@@ -153,8 +153,9 @@ def test_real_budgets_dominate_planted() -> None:
 def test_kill_matrix_mapping_names_planted_checks_and_catalogue_mutants() -> None:
     planted = {c.name for c in cc.PLANTED}
     assert set(cc.CATALOGUE_KERNELS.values()) <= planted
-    catalogue = pytest.importorskip("stateful_tests.mutants").CATALOGUE
-    assert set(cc.CATALOGUE_KERNELS) <= set(catalogue)
+    from kvspec import components
+
+    assert set(cc.CATALOGUE_KERNELS) <= set(components.catalogue())
 
 
 def test_select_by_name_and_pattern() -> None:
@@ -307,10 +308,15 @@ def test_verify_stage(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_crosshair
 def test_kill_matrix_hook() -> None:
-    pytest.importorskip("kvspec.mutants")
-    killed = cc.check_mutant(SimpleNamespace(name="counter_not_decremented_on_dequeue"), 120.0)
+    from kvspec import kill_matrix
+
+    killed = kill_matrix.run_crosshair(
+        SimpleNamespace(name="counter_not_decremented_on_dequeue"),  # type: ignore[arg-type]
+        120.0,
+    )
     assert killed.checker == "crosshair" and killed.status == "killed", killed
-    assert cc.check_mutant(SimpleNamespace(name="lifo_free_list"), 120.0).status == "n/a"
+    lifo = SimpleNamespace(name="lifo_free_list")
+    assert kill_matrix.run_crosshair(lifo, 120.0).status == "n/a"  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- ARC victim selection
@@ -407,7 +413,7 @@ def test_arc_planted_variants_differ_on_a_witness() -> None:
 @needs_crosshair
 def test_equivalent_arc_variant_shows_no_difference() -> None:
     """EVIDENCE OF EQUIVALENCE WITHIN THE BUDGET, NOT A PROOF: "virtual T1 size decremented on T2
-    picks" (vllm.md §2.3, O5; ``EQUIVALENT_MUTANTS`` in the catalogue) is not a bug. At the real
+    picks" (docs/vllm.md §2.3, O5; ``EQUIVALENT_MUTANTS`` in the catalogue) is not a bug. At the real
     pairs' budget — four times the one at which CrossHair finds every planted ARC bug — it reports
     no difference from the rescan. Why there is none is argued in
     ``proofs.crosshair_mutants._decrement_on_t2_pick``. The catalogue runs it without the T1

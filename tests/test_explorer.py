@@ -1,4 +1,4 @@
-"""The exhaustive small-scope explorer (proofs/explorer.py) and ``kvspec explore``.
+"""The exhaustive small-scope explorer (proofs/explorer/) and ``kvspec explore``.
 
 Small scopes only (CI-sized, seconds): impl explored completely for every component; every
 block-manager mutant found with a short, replayable counterexample; a saved trace re-run by
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ import pytest
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.infinilm.scheduler import Scheduler as ImplScheduler
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplManager
-from kvspec import explore as cli_explore
-from proofs import explorer
+from kvspec import components, kill_matrix
+from kvspec import exploration as cli_explore
 from proofs.explorer import (
     BlockManagerBounds,
     BlockManagerModel,
@@ -31,9 +32,9 @@ from proofs.explorer import (
     explore,
     set_layout,
 )
-from stateful_tests.mutants import CATALOGUE
 
 BM = "infinilm-block-manager"
+CATALOGUE = components.catalogue()
 BM_MUTANTS = sorted(n for n, m in CATALOGUE.items() if m.component == BM)
 SMALL_BM = BlockManagerBounds(pages=2, block_size=2, vocab=2, tables=1, tokens=2)
 MUTANT_BM = BlockManagerBounds(pages=3, block_size=2, vocab=1, tables=2, tokens=3)
@@ -85,15 +86,15 @@ def test_generic_clone_keeps_aliasing_and_is_independent() -> None:
 
 # ----------------------------------------------------------------------------- impl holds
 def test_block_manager_impl_is_explored_completely() -> None:
-    result = explore(BlockManagerModel(ImplBlockManager, "impl", SMALL_BM))
+    result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM))
     assert result.passed and result.complete and result.stopped_by is None
     assert result.distinct_states > 500 and result.edges > 10 * result.distinct_states
     assert result.to_json().keys() >= JSON_KEYS
 
 
 def test_scheduler_impl_is_explored_completely_in_every_variant() -> None:
-    out = explorer.run(
-        "infinilm-scheduler",
+    out = cli_explore.explore_component(
+        components.get("infinilm-scheduler"),
         ImplScheduler,
         "impl",
         overrides={"pages": 3, "requests": 2, "prompt_tokens": 2, "max_new": 2},
@@ -106,10 +107,13 @@ def test_scheduler_impl_is_explored_completely_in_every_variant() -> None:
 
 @pytest.mark.parametrize("component", ["vllm-arc", "vllm-lru"])
 def test_offload_impl_is_explored_completely_in_both_variants(component: str) -> None:
-    out = explorer.run(component, ImplManager, "impl", overrides={"capacity": 2, "keys": 3})
+    comp = components.get(component)
+    out = cli_explore.explore_component(
+        comp, ImplManager, "impl", overrides={"capacity": 2, "keys": 3}
+    )
     doc = out.to_json()
     assert out.passed and doc["complete"] and len(doc["runs"]) == 2
-    assert doc["bounds"]["variants"] == list(explorer.variants(component))
+    assert doc["bounds"]["variants"] == list(comp.variants)
 
 
 # ----------------------------------------------------------------------------- bugs found
@@ -117,10 +121,9 @@ def test_offload_impl_is_explored_completely_in_both_variants(component: str) ->
 def test_block_manager_mutant_is_found_with_a_short_replayable_trace(
     name: str, tmp_path: Path
 ) -> None:
-    from stateful_tests.infinilm_block_manager import replay
-
+    replay = components.get(BM).replay
     mutant = CATALOGUE[name].cls
-    result = explore(BlockManagerModel(mutant, f"mutant:{name}", MUTANT_BM), save_dir=tmp_path)
+    result = explore(BlockManagerModel(BM, mutant, f"mutant:{name}", MUTANT_BM), save_dir=tmp_path)
     assert not result.passed, f"{name} survived the explorer"
     violation = result.violations[0]
     assert 1 <= violation.depth <= 7  # the fuzzer's shrunk repros are at most 12 calls
@@ -137,7 +140,7 @@ def test_block_manager_mutant_is_found_with_a_short_replayable_trace(
 def test_scheduler_mutant_is_found(name: str) -> None:
     m = CATALOGUE[name]
     bounds = SchedulerBounds(variant=m.variant or "legacy", pages=4, requests=2, max_new=3)
-    result = explore(SchedulerModel(m.cls, f"mutant:{name}", bounds))
+    result = explore(SchedulerModel(m.component, m.cls, f"mutant:{name}", bounds))
     assert not result.passed and result.violations[0].replay == "reproduced"
     assert result.violations[0].depth <= 4
 
@@ -158,7 +161,13 @@ def test_offload_bug_is_found_with_its_shortest_trace(
     component: str, variant: str, tmp_path: Path
 ) -> None:
     bounds = OffloadBounds(variant=variant, capacity=2, keys=3)
-    model = OffloadModel(component, CounterDriftOnLoadCompletion, "drift", bounds)
+    model = OffloadModel(
+        component,
+        CounterDriftOnLoadCompletion,
+        "drift",
+        bounds,
+        components.get(component).fixed_options,
+    )
     result = explore(model, save_dir=tmp_path)
     violation = result.violations[0]
     assert violation.check == "evictable_counter_matches_scan"
@@ -170,19 +179,18 @@ def test_offload_bug_is_found_with_its_shortest_trace(
     ]
     document = json.loads(Path(str(violation.trace_file)).read_text())
     assert document["format"] == "kvspec-trace/1" and document["component"] == component
-    # the offload checker's replay re-runs the trace once it exists (stateful_tests/vllm_offload)
-    assert violation.replay == "reproduced" or violation.replay.startswith("unavailable")
+    assert violation.replay == "reproduced"
 
 
 # ----------------------------------------------------------------------------- bounds
 def test_max_states_stops_the_search_and_says_it_is_incomplete() -> None:
-    result = explore(BlockManagerModel(ImplBlockManager, "impl", SMALL_BM), max_states=50)
+    result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM), max_states=50)
     assert result.passed and not result.complete and result.stopped_by == "max_states"
     assert result.distinct_states == 50 and "--max-states" in result.message
 
 
 def test_depth_bound_reports_incomplete() -> None:
-    result = explore(BlockManagerModel(ImplBlockManager, "impl", SMALL_BM), depth=2)
+    result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM), depth=2)
     assert result.passed and not result.complete and result.stopped_by == "depth"
     assert result.max_depth == 2
 
@@ -258,19 +266,22 @@ def test_kvspec_explore_is_a_cli_command(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_verify_stage_passes_on_impl(monkeypatch: pytest.MonkeyPatch) -> None:
     # the stage's own scopes are the ones explored above; tiny ones keep this test quick
-    tiny = (
-        (BM, {"pages": 1, "tables": 1, "tokens": 2}),
-        ("infinilm-scheduler", {"pages": 2, "requests": 1, "prompt_tokens": 2, "max_new": 1}),
-        ("vllm-arc", {"capacity": 1, "keys": 2}),
-        ("vllm-lru", {"capacity": 1, "keys": 2}),
-    )
-    monkeypatch.setattr(explorer, "VERIFY_SCOPES", tiny)
+    tiny = {
+        BM: {"pages": 1, "tables": 1, "tokens": 2},
+        "infinilm-scheduler": {"pages": 2, "requests": 1, "prompt_tokens": 2, "max_new": 1},
+        "vllm-arc": {"capacity": 1, "keys": 2},
+        "vllm-lru": {"capacity": 1, "keys": 2},
+    }
+    for name, scope in tiny.items():
+        comp = components.get(name)
+        assert comp.explorer is not None
+        plan = replace(comp.explorer, verify_scope=scope)
+        monkeypatch.setitem(components._REGISTRY, name, replace(comp, explorer=plan))
     status, summary = cli_explore.verify_stage()
     assert status == "pass", summary
     assert "infinilm-block-manager" in summary and "vllm-lru" in summary
 
 
 def test_explore_mutant_reports_a_kill_for_the_kill_matrix() -> None:
-    pytest.importorskip("kvspec.mutants")
-    attempt = explorer.explore_mutant(CATALOGUE["release_returns_pages_to_free_list"], 30.0)
+    attempt = kill_matrix.run_explorer(CATALOGUE["release_returns_pages_to_free_list"], 30.0)
     assert attempt.status == "killed" and attempt.repro_steps == 2

@@ -56,7 +56,7 @@ def test_oracle_tests_exist() -> None:
 def test_cosmic_ray_config_is_toml_with_the_module_and_its_oracle() -> None:
     spec = g.ModuleSpec(
         "impl/infinilm/block_manager.py",
-        ("tests/test_block_manager.py", "stateful_tests/generic_mutation/oracle.py::t"),
+        ("tests/test_block_manager.py", "stateful_tests/generic_mutation/lockstep_oracle.py::t"),
         select="impl or not spec",
         timeout=42.0,
         pytest_args=("-x", "-q"),
@@ -67,7 +67,7 @@ def test_cosmic_ray_config_is_toml_with_the_module_and_its_oracle() -> None:
     argv = shlex.split(config["test-command"])  # cosmic-ray splits it the same way
     assert argv == [
         "/usr/bin/python3", "-m", "pytest", "-x", "-q",
-        "tests/test_block_manager.py", "stateful_tests/generic_mutation/oracle.py::t",
+        "tests/test_block_manager.py", "stateful_tests/generic_mutation/lockstep_oracle.py::t",
         "-k", "impl or not spec",
     ]  # fmt: skip
     assert spec.slug == "impl-infinilm-block_manager"

@@ -304,7 +304,7 @@ def test_triton_backend_in_the_model_matches_the_oracle() -> None:
 
 @interpreted
 def test_attention_bench_runs_at_toy_size() -> None:
-    from gpu_smoke.bench import attention_bench
+    from gpu_smoke.attention_bench import attention_bench
     from gpu_smoke.triton_paged import DecodeConfig
 
     def timer(fn: Any) -> float:

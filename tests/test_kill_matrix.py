@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from impl.infinilm.block_manager import BlockManager
-from kvspec import mutants
+from kvspec import components
+from kvspec import kill_matrix as mutants
 from kvspec.cli import main
-from stateful_tests.mutants import CATALOGUE, Mutant
+from stateful_tests.checker import Mutant
+
+CATALOGUE = components.catalogue()
 
 BUDGET = 30.0
 
@@ -27,7 +30,7 @@ def test_every_mutant_is_killed_by_the_fuzzer_within_budget(name: str) -> None:
 
 
 def test_a_correct_class_survives_and_fails_the_matrix() -> None:
-    honest = Mutant("honest", "infinilm-block-manager", "none", BlockManager, "none")
+    honest = Mutant("honest", "none", BlockManager, "none", component="infinilm-block-manager")
     row = mutants.run_matrix([honest], ["fuzzer"], 1.0)[0]
     assert row.killed_by == [] and row.attempts[0].status == "survived"
     assert mutants.summary([row])["survivors"] == ["honest"]

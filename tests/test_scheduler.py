@@ -2,14 +2,12 @@
 
 Every behavioural test runs against both the executable spec and the production scheduler (ids
 ``spec`` and ``impl``) and, where the reservation policy matters, against each variant
-(``legacy``, ``exact``, ``tight``). Section numbers refer to shared/reference/infinilm.md.
+(``legacy``, ``exact``, ``tight``). Section numbers refer to docs/infinilm.md.
 """
 
 from __future__ import annotations
 
-import random
 import zlib
-from collections import Counter
 
 import pytest
 
@@ -935,202 +933,39 @@ def test_legacy_reservation_negative_when_max_tokens_zero():
 
 
 # ----------------------------------------------------------------------------- lockstep workload
+# Larger than the checkers' drawn pools: 40 pages of 8 tokens, batches of 4 and 48 tokens, a PD
+# connector, prompts sharing prefixes. Run through the scheduler component's own engine-loop
+# checker (spec vs impl after every event: outputs, queues, counters, snapshots, invariants).
+WORKLOAD = {
+    "num_blocks": 40,
+    "block_size": 8,
+    "max_batch_size": 4,
+    "max_num_batched_tokens": 48,
+    "connector": True,
+    "mamba": False,
+    "prefix_caching": True,
+}
+WORKLOAD_PATHS = {"path:prefill_step", "path:decode_step", "path:remote_pending"}
 
 
-def _describe(out):
-    if out is None or isinstance(out, OutOfBlocksError):
-        return type(out).__name__
-    return (
-        out.is_prefill,
-        out.kv_connector_metadata,
-        [
-            (
-                r.request_id,
-                tuple(r.block_table),
-                tuple(r.slot_mapping),
-                r.num_computed_tokens,
-                r.num_local_cached_tokens,
-            )
-            for r in out.scheduled_requests
-        ],
+def _workload(variant, seed):
+    from kvspec import components
+    from stateful_tests.checker import Example
+
+    result = components.get("infinilm-scheduler").run_example(
+        impl_sched.Scheduler, "impl", Example(seed, steps=300, config=WORKLOAD), variant=variant
     )
-
-
-def _request_state(r):
-    return (
-        r.status,
-        tuple(r.block_table),
-        r.get_num_generated_tokens(),
-        r.num_computed_tokens,
-        r.num_local_cached_tokens,
-        r.num_cache_indexed_blocks,
-    )
-
-
-def _check_lockstep(sp, im, reqs, variant):
-    where = f"reservation={variant}"
-    formula = {"legacy": legacy_running_blocks, "exact": exact_blocks, "tight": tight_blocks}
-    size = im.block_size
-    # reservation_counter_matches_scan (reference §8.2 invariant 11)
-    scan = sum(formula[variant](r, size) for r in im.running_queue)
-    assert im.num_reserved_decode_blocks == scan, where
-    assert sp.num_reserved_decode_blocks == scan, where
-    # pending_counter_matches_scan (invariant 10)
-    for s in (sp, im):
-        pending = sum(remote_reservation(variant, r, size) for r in s.remote_kv_requests.values())
-        assert s.pending_kv_decode_blocks == pending, where
-    assert sp.get_cache_stats() == im.get_cache_stats(), where
-    a, b = sp.cache_manager.snapshot(), im.cache_manager.snapshot()
-    assert a == b, a.differing_fields(b)
-    assert ids(sp.waiting_queue) == ids(im.waiting_queue)
-    assert ids(sp.running_queue) == ids(im.running_queue)
-    assert list(sp.remote_kv_requests) == list(im.remote_kv_requests)
-    assert sp.pending_free_blocks == im.pending_free_blocks
-    assert sp.finished_receiving_kv_req_ids == im.finished_receiving_kv_req_ids
-    assert sp.failed_receiving_kv_req_ids == im.failed_receiving_kv_req_ids
-    for rid, r in reqs["spec"].items():
-        assert _request_state(r) == _request_state(reqs["impl"][rid]), rid
-
-
-def _lockstep_workload(variant, seed, steps=300):
-    """Drive spec and impl with the same seeded workload; compare after every event."""
-    rng = random.Random(seed)
-    size = 8
-    config = {
-        "max_batch_size": 4,
-        "num_blocks": 40,
-        "block_size": size,
-        "max_num_batched_tokens": 48,
-        "reservation": variant,
-    }
-    conns = {"spec": FakeConnector(), "impl": FakeConnector()}
-    scheds = {
-        "spec": spec_sched.Scheduler(connector=conns["spec"], **config),
-        "impl": impl_sched.Scheduler(connector=conns["impl"], **config),
-    }
-    sp, im = scheds["spec"], scheds["impl"]
-    reqs = {"spec": {}, "impl": {}}
-    prefixes = [[rng.randrange(1, 40) for _ in range(3 * size)] for _ in range(3)]
-    stolen = []
-    seen = Counter()
-    eos_ids = {0}
-    for _ in range(steps):
-        # arrivals
-        for _ in range(rng.choice((0, 0, 1, 1, 2))):
-            rid = f"r{len(reqs['spec'])}"
-            prompt_len = rng.randint(1, 3 * size + 4)
-            prefix = rng.choice(prefixes)
-            k = rng.randint(0, min(prompt_len, len(prefix)))
-            tokens = prefix[:k] + [rng.randrange(1, 40) for _ in range(prompt_len - k)]
-            max_tokens = rng.randint(1, 3 * size)
-            remote = rng.random() < 0.15
-            external = rng.randint(0, prompt_len)  # clamped to P - 1 by the scheduler
-            delay = rng.random() < 0.1
-            multimodal = rng.random() < 0.05
-            for name in scheds:
-                if remote:
-                    conns[name].matches[rid] = (external, True)
-                if delay:
-                    conns[name].delays[rid] = True
-                req = InferenceRequest(
-                    rid,
-                    tokens,
-                    SamplingParams(max_tokens=max_tokens),
-                    has_multimodal_inputs=multimodal,
-                )
-                reqs[name][rid] = req
-                scheds[name].add_request(req)
-        # aborts, applied just before schedule()
-        live = [rid for rid, r in reqs["spec"].items() if not r.is_finished()]
-        if live and rng.random() < 0.08:
-            rid = rng.choice(live)
-            for name in scheds:
-                reqs[name][rid].status = RequestStatus.CANCELED
-        # pages taken or given back outside admission (speculative slack, reference §9.15)
-        if rng.random() < 0.05:
-            num_tokens = rng.randint(1, max(sp.cache_manager.get_total_usable_blocks(), 1)) * size
-            got = [s.cache_manager.allocate_slots(num_tokens) for s in (sp, im)]
-            assert got[0] == got[1]
-            if got[0] is not None:
-                stolen.append(got[0][0])
-        if stolen and rng.random() < 0.15:
-            table = stolen.pop(rng.randrange(len(stolen)))
-            for s in (sp, im):
-                s.cache_manager.free_blocks(table)
-        _check_lockstep(sp, im, reqs, variant)
-
-        outs = {}
-        for name, s in scheds.items():
-            try:
-                outs[name] = s.schedule()
-            except OutOfBlocksError as exc:
-                outs[name] = exc
-        assert _describe(outs["spec"]) == _describe(outs["impl"])
-        assert conns["spec"].log == conns["impl"].log
-        _check_lockstep(sp, im, reqs, variant)
-        out = outs["spec"]
-        if isinstance(out, OutOfBlocksError):
-            seen["oom"] += 1
-            continue
-        if out is not None:
-            seen["prefill" if out.is_prefill else "decode"] += bool(out.scheduled_requests)
-            seen["prefix_hit"] += sum(
-                r.num_computed_tokens > 0 and r.request_id not in conns["spec"].matches
-                for r in out.scheduled_requests
-                if out.is_prefill
-            )
-            seen["promoted"] += sum(
-                r.get_num_generated_tokens() == 0
-                for r in out.scheduled_requests
-                if not out.is_prefill
-            )
-
-        # connector events after execution
-        finished_recving, failed_recving, invalid, finished_sending = set(), set(), set(), set()
-        for rid, r in sp.remote_kv_requests.items():
-            if rid in sp.finished_receiving_kv_req_ids or rid in sp.failed_receiving_kv_req_ids:
-                continue
-            roll = rng.random()
-            if roll < 0.3:
-                finished_recving.add(rid)
-            elif roll < 0.4:
-                failed_recving.add(rid)
-                if r.block_table and rng.random() < 0.5:
-                    invalid.add(rng.choice(r.block_table))
-        for rid in sp.pending_free_blocks:
-            roll = rng.random()
-            if roll < 0.2:
-                finished_sending.add(rid)
-            elif roll < 0.3:
-                finished_recving.add(rid)
-        if finished_recving or failed_recving or finished_sending:
-            seen["events"] += 1
-            for s in (sp, im):
-                s.update_from_output(
-                    events(
-                        finished_recving=set(finished_recving),
-                        finished_sending=set(finished_sending),
-                        failed_recving=set(failed_recving),
-                        invalid_block_ids=set(invalid),
-                    )
-                )
-            _check_lockstep(sp, im, reqs, variant)
-        for name, s in scheds.items():
-            if outs[name] is not None:
-                finish_step(s, outs[name], eos_ids)
-        _check_lockstep(sp, im, reqs, variant)
-    return seen
+    assert result.passed, result.failure
+    assert set(result.coverage) >= WORKLOAD_PATHS, result.coverage
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("variant", ["exact", "tight"])
 def test_reservation_counter_matches_scan(variant, seed):
-    seen = _lockstep_workload(variant, seed)
-    assert seen["prefill"] and seen["decode"] and seen["prefix_hit"] and seen["promoted"], seen
+    _workload(variant, seed)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_spec_impl_lockstep_legacy(seed):
     """PR #579's once-per-step scan gives the same decisions as legacy's per-candidate scans."""
-    seen = _lockstep_workload("legacy", seed)
-    assert seen["prefill"] and seen["decode"] and seen["prefix_hit"] and seen["promoted"], seen
+    _workload("legacy", seed)

@@ -9,7 +9,7 @@ import pytest
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from kvspec.targets import TargetError, load_target
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
-from stateful_tests.mutants import LifoFreeList
+from stateful_tests.mutants_infinilm import LifoFreeList
 
 COMPONENT = "infinilm-block-manager"
 

@@ -2,7 +2,7 @@
 
 Every behavioural test runs against both the executable spec and the production implementation
 (ids ``spec`` and ``impl``); the seeded lockstep test at the end drives the two side by side.
-Section numbers refer to shared/reference/vllm.md.
+Section numbers refer to docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import random
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,12 +18,6 @@ from impl.vllm import arc as impl_arc
 from impl.vllm import lru as impl_lru
 from impl.vllm import offload_manager as impl_om
 from spec.errors import DoubleFreeError, InvalidArgument, OffloadStateError, exception_kind
-from spec.invariants import (
-    arc_lists_bounded,
-    evictable_counter_matches_scan,
-    lru_order_consistent,
-    offload_ids_partition_pool,
-)
 from spec.vllm import BlockStatus
 from spec.vllm import arc as spec_arc
 from spec.vllm import lru as spec_lru
@@ -742,147 +735,81 @@ def test_snapshots_are_hashable_and_deterministic(make):
 
 
 # ============================================================================= seeded lockstep
-
-# Invariants: spec/invariants.py (named as in shared/DESIGN.md; each returns None or a message).
-
-
-CONFIGS = [
-    ({"cache_policy": "arc", "arc_t1_fallback": False}, "arc"),
-    ({"cache_policy": "arc", "arc_t1_fallback": True}, "arc"),
-    ({"cache_policy": "lru", "lru": "v1"}, "v1"),
-    ({"cache_policy": "lru", "lru": "v2"}, "v2"),
-]
-
-
-def random_op(rng: random.Random, s: OffloadManagerSnapshot, alphabet: list[Any]) -> tuple:
-    """One (method, args, kwargs) call, biased toward valid calls on the current state."""
-    blocks = s.policy.blocks
-    pending = [k for _, k, r in blocks if r < 0]
-    ready = [k for _, k, r in blocks if r >= 0]
-    loading = [k for _, k, r in blocks if r > 0 for _ in range(r)]
-    n_max = s.num_blocks + 2
-    x = rng.random()
-    if x < 0.08:
-        return "lookup", [rng.choice(alphabet)], {}
-    if x < 0.30:
-        return "prepare_store", [rng.sample(alphabet, rng.randint(1, n_max))], {}
-    if x < 0.45 and pending:
-        keys = rng.sample(pending, rng.randint(1, len(pending)))
-        if rng.random() < 0.2:
-            keys.append(rng.choice(alphabet))  # maybe unknown or ready: skipped
-        return "complete_store", [keys], {"success": rng.random() < 0.8}
-    if x < 0.55 and ready:
-        return "prepare_load", [[rng.choice(ready) for _ in range(rng.randint(1, 3))]], {}
-    if x < 0.65 and loading:
-        return "complete_load", [rng.sample(loading, rng.randint(1, len(loading)))], {}
-    if x < 0.88:
-        return "touch", [[rng.choice(alphabet) for _ in range(rng.randint(0, 4))]], {}
-    if x < 0.92:
-        return "take_events", [], {}
-    if x < 0.93:
-        return "reset_cache", [], {}
-    bad = rng.random()  # bad input (must raise, and change nothing)
-    if bad < 0.3:
-        key = rng.choice(alphabet)
-        return "prepare_store", [[key, rng.choice(alphabet), key]], {}
-    if bad < 0.6:
-        return "prepare_load", [[*ready[:1], rng.choice(alphabet + pending)]], {}
-    return "complete_load", [[rng.choice(alphabet)]], {}
+# spec vs impl through the offload components' own checker (equal results, exception kinds and
+# snapshots after every call; invariants; atomic failures), at capacities 1..6 in every variant.
+LOCKSTEP_PATHS = {
+    "path:eviction",
+    "path:failed_eviction",
+    "path:guard_fast_fail",
+    "raise:prepare_store:InvalidArgument",
+    "raise:prepare_load:OffloadStateError",
+    "raise:complete_load:OffloadStateError",
+}
 
 
-def call(m: Any, method: str, args: list, kwargs: dict) -> tuple[str, Any]:
-    try:
-        out = getattr(m, method)(*copy.deepcopy(args), **kwargs)
-    except Exception as exc:  # compared by class and kind
-        return "raise", (type(exc), exception_kind(exc))
-    return "return", (list(out) if method == "take_events" else out)
+@pytest.mark.parametrize(
+    ("component", "variant"),
+    [
+        ("vllm-arc", "no_fallback"),
+        ("vllm-arc", "t1_fallback"),
+        ("vllm-lru", "v1"),
+        ("vllm-lru", "v2"),
+    ],
+)
+def test_seeded_lockstep_spec_vs_impl(component: str, variant: str) -> None:
+    from kvspec import components
+    from stateful_tests.checker import Example
+
+    comp = components.get(component)
+    coverage: Counter[str] = Counter()
+    for capacity in range(1, 7):
+        for threshold in (1, 2):
+            config = {"num_blocks": capacity, "num_keys": 2 * capacity + 3}
+            config |= {"store_threshold": threshold, "max_tracker_size": 2 * capacity + 2}
+            example = Example(capacity * 10 + threshold, steps=2_000, config=config)
+            result = comp.run_example(
+                impl_om.CPUOffloadingManager, "impl", example, variant=variant
+            )
+            assert result.passed, result.failure
+            coverage.update(result.coverage)
+    wanted = LOCKSTEP_PATHS | ({"path:ghost_hit_b1"} if component == "vllm-arc" else set())
+    wanted |= {"path:t1_fallback_pick"} if variant == "t1_fallback" else set()
+    assert wanted <= set(coverage), wanted - set(coverage)
 
 
-def check_invariants(m: Any, s: OffloadManagerSnapshot, variant: str) -> None:
-    for name, violation in (
-        ("arc_lists_bounded", arc_lists_bounded(s)),
-        ("lru_order_consistent", lru_order_consistent(s, variant)),
-        ("offload_ids_partition_pool", offload_ids_partition_pool(s)),
-        (
-            "evictable_counter_matches_scan",
-            evictable_counter_matches_scan(s, m._num_evictable_cache_blocks),
-        ),
-    ):
-        assert violation is None, f"{name}: {violation}"
+def test_t1_fallback_only_ever_turns_a_failed_store_into_a_success() -> None:
+    """#55461 (§2.3 facts): a ``prepare_store`` that the fallback variant answers differently from
+    the same state without the fallback is one that failed without it."""
+    from dataclasses import replace
 
+    from stateful_tests import checker, vllm_offload
+    from stateful_tests.lockstep import invoke
 
-def run_lockstep(seed: int, ops: int, stats: Counter) -> None:
-    rng = random.Random(seed)
-    kwargs, variant = CONFIGS[seed % len(CONFIGS)]
-    capacity = 1 + seed // len(CONFIGS) % 6
-    size = 2 * capacity + 3
-    alphabet: list[Any] = list(range(size)) if seed % 2 else [bytes([65 + i]) for i in range(size)]
-    threshold = 2 if seed % 3 == 0 else 1
+    seen = Counter()
 
-    def make_both(cls: Callable[..., Any]) -> Any:
-        return cls(
-            capacity,
-            enable_events=True,
-            store_threshold=threshold,
-            max_tracker_size=size - 1,
-            **kwargs,
-        )
+    class ShadowDriver(vllm_offload.Driver):
+        def call(self, method: str, *args: Any) -> Any:
+            shadow_out = None
+            if method == "prepare_store":
+                shadow = copy.deepcopy(self.spec_h)
+                shadow.m._policy.t1_fallback = False
+                shadow_out = invoke(shadow, method, args)
+            out = super().call(method, *args)
+            if shadow_out is not None and shadow_out.describe() != out.describe():
+                assert shadow_out.raised is None and shadow_out.returned is None, out.describe()
+                seen["changed"] += 1
+            return out
 
-    spec, impl = make_both(spec_om.CPUOffloadingManager), make_both(impl_om.CPUOffloadingManager)
-    fallback = kwargs.get("arc_t1_fallback", False)
-    for step in range(ops):
-        before = spec.snapshot()
-        method, args, kw = random_op(rng, before, alphabet)
-        if method == "prepare_store" and fallback:
-            shadow = copy.deepcopy(spec)
-            shadow._policy.t1_fallback = False
-            shadow_out = call(shadow, method, args, kw)
-        spec_out, impl_out = call(spec, method, args, kw), call(impl, method, args, kw)
-        where = f"seed {seed} step {step}: {method}{tuple(args)} {kw}"
-        assert spec_out == impl_out, f"{where}: spec {spec_out} != impl {impl_out}"
-        after = spec.snapshot()
-        assert impl.snapshot() == after, f"{where}: {after.differing_fields(impl.snapshot())}"
-        assert spec.stores_skipped_in_current_batch == impl.stores_skipped_in_current_batch
-        check_invariants(spec, after, variant)
-        check_invariants(impl, after, variant)
-        kind, value = spec_out
-        if kind == "raise" or (method == "prepare_store" and value is None):
-            assert after == before, f"{where}: atomic_failure {before.differing_fields(after)}"
-        stats[kind + ":" + method] += 1
-        if method == "prepare_store" and kind == "return":
-            if value is None:
-                idle = sum(1 for _, _, r in before.policy.blocks if r == 0)
-                guarded = _need(before, args[0], threshold) > idle
-                stats["guard" if guarded else "failed_eviction"] += 1
-            elif value.evicted_keys:
-                stats["eviction"] += 1
-            if fallback and shadow_out != spec_out:
-                # #55461 only ever turns a failure into a success (§2.3 facts)
-                assert shadow_out == ("return", None), where
-                stats["t1_fallback_pick"] += 1
-        if method == "touch" and isinstance(before.policy, ARCSnapshot):
-            ghosts = {*before.policy.b1, *before.policy.b2}
-            stats["ghost_hit"] += any(k in ghosts for k in args[0])
-
-
-def _need(s: OffloadManagerSnapshot, keys: list, threshold: int) -> int:
-    """Blocks ``prepare_store(keys)`` must evict in state ``s``."""
-    counts = dict(s.counts or ())
-    kept = [k for k in keys if threshold < 2 or counts.get(k, 0) >= threshold]
-    cached = {k for _, k, _ in s.policy.blocks}
-    free = s.num_blocks - s.num_allocated_blocks + len(s.free_list)
-    return len([k for k in kept if k not in cached]) - free
-
-
-def test_seeded_lockstep_spec_vs_impl():
-    """spec and impl, driven identically: equal results, exception kinds and snapshots after every
-    call; invariants on both; failures atomic. 48 seeds cover the 4 policy variants x capacities
-    1..6 x int/bytes keys x store threshold on/off; the run must reach evictions, failed
-    evictions, guard fast-fails, ARC ghost hits and #55461 T1-fallback picks."""
-    stats: Counter = Counter()
-    for seed in range(48):
-        run_lockstep(seed, 2500, stats)
-    for what in ("eviction", "failed_eviction", "guard", "ghost_hit", "t1_fallback_pick"):
-        assert stats[what] > 0, f"the random walk never reached {what}: {dict(stats)}"
-    for method in ("prepare_store", "prepare_load", "complete_load"):
-        assert stats["raise:" + method] > 0, f"no bad {method} was exercised"
+    shadowed = replace(vllm_offload.CHECKER, driver=lambda t, c, o: ShadowDriver(t, c))
+    result = checker.fuzz(
+        "vllm-arc",
+        shadowed,
+        spec_om.CPUOffloadingManager,
+        "spec",
+        40_000,
+        3,
+        variant="t1_fallback",
+        options={"policy": "arc"},
+    )
+    assert result.passed, result.failure
+    assert seen["changed"] > 0

@@ -10,6 +10,13 @@
   check). A request's table does not change while it sits in the queue, so the counter always
   equals the scan (``reservation_counter_matches_scan``) and admission is O(1).
 
+The subclass overrides only the spec phases it optimises and inherits the rest (``schedule``,
+``_promote_remote``, ``_place_requeued``, ``_attach_mamba_row``, ``_wait_for_remote``):
+``_prefill_phase`` (the loop, with #579's per-step snapshot and the per-request helpers inlined),
+``_decode_phase`` (the loop, inlined, with the counter's decrement), ``can_accept_request`` (the
+counter: O(1)), ``complete_requests`` (the counter's increment) and ``_running_required_blocks``
+(the scan, inlined). It reads spec objects only through their public methods.
+
 The pure cores (the snapshot decision, the counter's deltas) are :mod:`impl.infinilm.kernels`,
 shown equal to the legacy scans of :mod:`spec.infinilm.kernels` by ``kvspec crosshair``.
 """
@@ -31,7 +38,6 @@ from spec.infinilm.scheduler import (
     RequestQueue,
     SchedulerOutput,
     SpeculativeCacheOps,
-    remote_reservation,
     running_reservation,
 )
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
@@ -88,7 +94,7 @@ class Scheduler(SpecScheduler):
             )
         return scan_reservation(
             (r.sampling_params.max_tokens - r.get_num_generated_tokens() + size - 1) // size
-            for r in self.running_queue._items
+            for r in self.running_queue.snapshot()
         )
 
     @property
@@ -145,17 +151,21 @@ class Scheduler(SpecScheduler):
                 if self._incremental:
                     self._reserve(req)
 
-    def schedule(self) -> SchedulerOutput | None:
-        bm, size, variant = self.cache_manager, self.block_size, self.reservation
-        waiting, running_queue = self.waiting_queue, self.running_queue
-        mamba = self.mamba_cache_manager
-        deferred: list[InferenceRequest] = []
+    def _prefill_phase(self) -> list[InferenceRequest]:
+        # The spec's phase, with the hot per-request helpers inlined (_place_fresh, _match_prefix,
+        # _exceeds_token_budget, prefill_extra_blocks); the cold paths (_place_requeued,
+        # _attach_mamba_row, _wait_for_remote) are the spec's. PR #579 on legacy: the running
+        # reservation is scanned lazily, at most once per step (relies on: the running queue is
+        # not touched during the prefill loop and no running request's g changes within a step).
+        bm, size = self.cache_manager, self.block_size
+        waiting, mamba, connector = self.waiting_queue, self.mamba_cache_manager, self.connector
+        budget, max_batch = self.max_num_batched_tokens, self.max_batch_size
+        has_mamba = self.has_mamba_cache
+        lookup = self.enable_prefix_caching and not has_mamba
+        incremental = self._incremental
         batch: list[InferenceRequest] = []
         tokens = extra = 0
         running_required: int | None = None  # PR #579: computed lazily, at most once per step
-        connector, budget = self.connector, self.max_num_batched_tokens
-        lookup = self.enable_prefix_caching and not self.has_mamba_cache
-        max_batch = self.max_batch_size
         while len(batch) < max_batch and tokens < budget:
             req = waiting.get_nowait()
             if req is None:
@@ -164,19 +174,23 @@ class Scheduler(SpecScheduler):
                 self.complete_requests((req,))
                 continue
             prompt = req.prompt_length
-            if req.num_computed_tokens == 0:
+            if req.num_computed_tokens:  # quirk §9.11, the spec's phase
+                if self._place_requeued(req, tokens, len(batch)) == "deferred":
+                    waiting.put(req)
+                    break
+            else:
                 cached: list[int] = []
                 local = external = 0
                 is_async = False
                 if lookup:
                     cached, local = bm.get_computed_blocks(req.block_hashes, prompt - 1)
-                if connector is not None and not self.has_mamba_cache:
+                if connector is not None and not has_mamba:
                     external, is_async = connector.get_num_new_matched_tokens(req, local)
                 computed = min(local + external, max(prompt - 1, 0))
                 # _exceeds_token_budget, inlined
                 rejected = not is_async and bool(batch) and tokens + prompt - computed > budget
                 if not rejected:
-                    if not self._incremental and snapshot_due(
+                    if not incremental and snapshot_due(
                         running_required,
                         mamba is None or req.mamba_cache_index is not None or mamba.can_allocate(),
                     ):
@@ -190,34 +204,21 @@ class Scheduler(SpecScheduler):
                 if allocated is None:
                     if local > 0:
                         bm.free_blocks(cached)
-                    deferred.append(req)
+                    waiting.put(req)
                     break
                 table, slots = allocated
-                if mamba is not None and req.mamba_cache_index is None:
-                    req.mamba_cache_index = mamba.allocate()
-                    if req.mamba_cache_index is None:
-                        bm.free_blocks(table)
-                        deferred.append(req)
-                        break
+                if mamba is not None and not self._attach_mamba_row(req, table):
+                    waiting.put(req)
+                    break
                 req.block_table, req.slot_mapping, req.num_blocks = table, slots, len(table)
                 req.num_local_cached_tokens = local if is_async else computed
                 req.num_cache_indexed_blocks = len(cached)
                 req.num_computed_tokens = computed
                 if connector is not None:
                     connector.update_state_after_alloc(req, table, external, size)
-            else:
-                is_async = False
-                if self._exceeds_token_budget(
-                    tokens, prompt - req.num_local_cached_tokens, len(batch)
-                ):
-                    deferred.append(req)
-                    break
-                self.commit_computed_tokens(req, req.num_computed_tokens)
-            if is_async:
-                req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
-                self.remote_kv_requests[req.request_id] = req
-                self.pending_kv_decode_blocks += remote_reservation(variant, req, size)
-                continue
+                if is_async:
+                    self._wait_for_remote(req)
+                    continue
             # prefill_extra_blocks(req, size), inlined
             extra += max(
                 (prompt + req.sampling_params.max_tokens + size - 1) // size - len(req.block_table),
@@ -226,48 +227,28 @@ class Scheduler(SpecScheduler):
             batch.append(req)
             tokens += prompt - req.num_local_cached_tokens
             req.status = RequestStatus.RUNNING
-        for req in deferred:
-            waiting.put(req)
-        if batch:
-            return self._output(batch, is_prefill=True)
+        return batch
 
-        while len(batch) < self.max_batch_size:
-            req = running_queue.get_nowait()
+    def _decode_phase(self) -> list[InferenceRequest]:
+        # The spec's phase, inlined (it runs once per running request per step), plus the exact
+        # PR's counter: a dequeued request's reservation leaves the counter at once, before its
+        # is_finished check; complete_requests puts it back on re-enqueue.
+        bm, running, max_batch = self.cache_manager, self.running_queue, self.max_batch_size
+        incremental = self._incremental
+        batch: list[InferenceRequest] = []
+        while len(batch) < max_batch:
+            req = running.get_nowait()
             if req is None:
                 break
-            if self._incremental:  # before the is_finished check, as the exact PR does
+            if incremental:
                 self._unreserve(req)
             if req.is_finished():
                 self.complete_requests((req,))
                 continue
             total = req.get_total_length()
-            req.block_table, slot = bm.append_slot(req.block_table, total)
+            req.block_table, slot = bm.append_slot(req.block_table, total)  # quirk §9.14
             req.slot_mapping = [slot]
             req.num_blocks = len(req.block_table)
             req.num_local_cached_tokens = total - 1
             batch.append(req)
-
-        if self.connector is not None:
-            self._promote_remote(batch)
-        if batch:
-            return self._output(batch, is_prefill=False)
-        if self.connector is not None:
-            return self._output([], is_prefill=False)
-        return None
-
-    def _promote_remote(self, batch: list[InferenceRequest]) -> None:
-        for request_id in list(self.remote_kv_requests):
-            req = self.remote_kv_requests[request_id]
-            if req.is_finished():
-                self.complete_requests((req,))
-                continue
-            if request_id in self.failed_receiving_kv_req_ids:
-                self.update_waiting_for_remote_kv(req)
-                req.status = RequestStatus.WAITING
-                self.waiting_queue.put(req)
-            elif request_id in self.finished_receiving_kv_req_ids:
-                if len(batch) >= self.max_batch_size:
-                    break
-                self.update_waiting_for_remote_kv(req)
-                req.status = RequestStatus.RUNNING
-                batch.append(req)
+        return batch

@@ -1,1 +1,1 @@
-"""Reference models of InfiniLM v0.2.9c's paged-KV bookkeeping (shared/reference/infinilm.md)."""
+"""Reference models of InfiniLM v0.2.9c's paged-KV bookkeeping (docs/infinilm.md)."""

@@ -1,6 +1,6 @@
 """InfiniLM v0.2.9c paged-KV ``BlockManager`` and ``MambaCacheManager`` — the executable spec.
 
-Source of truth: shared/reference/infinilm.md §1–§4, §8, §9 (legacy = upstream ``main@df1a1fd``,
+Source of truth: docs/infinilm.md §1–§4, §8, §9 (legacy = upstream ``main@df1a1fd``,
 believed identical to release ``270feb3`` for this module). Every return value, exception, the free
 deque order, the used set's *history* (it drives eviction order) and the prefix index are
 reproduced; so are the legacy quirks, each named where it happens:

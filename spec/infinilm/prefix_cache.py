@@ -1,4 +1,4 @@
-"""InfiniLM's chained prefix hash (reference infinilm.md §2).
+"""InfiniLM's chained prefix hash (docs/infinilm.md §2).
 
 ``hash_block_tokens(tokens, parent)`` is xxh3-128 over a domain tag, the parent digest (or a single
 zero byte for the first block), the token count as 4 little-endian bytes and the tokens packed as

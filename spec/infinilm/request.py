@@ -1,4 +1,4 @@
-"""InfiniLM's request model, as far as the scheduler reads it (reference infinilm.md §1.4, §2).
+"""InfiniLM's request model, as far as the scheduler reads it (docs/infinilm.md §1.4, §2).
 
 The field names are upstream's so that a snapshot reader fits both. Hashing: one chained
 ``hash_block_tokens`` digest per *full* block of prompt + output (generated-token blocks are hashed

@@ -1,7 +1,10 @@
 """InfiniLM v0.2.9c request ``Scheduler`` — the executable spec, with named reservation variants.
 
-Source of truth: shared/reference/infinilm.md §1.3–§1.5, §2, §5–§9. One ``schedule()`` call runs
-the prefill phase, then (only if nothing was prefilled) the decode phase, then remote promotion.
+Source of truth: docs/infinilm.md §1.3–§1.5, §2, §5–§9. One ``schedule()`` call runs
+the prefill phase, then (only if nothing was prefilled) the decode phase, then remote promotion —
+each a method with its own Pre/Post: ``_prefill_phase`` (per waiting request ``_place_fresh``,
+with ``_match_prefix`` and ``_attach_mamba_row``, or ``_place_requeued``; then
+``_wait_for_remote`` or the batch), ``_decode_phase``, ``_promote_remote``.
 
 Reservation variants (``reservation=``), where P = prompt length, g = generated tokens,
 M = max_tokens, B = block size and ``table`` the request's block table:
@@ -31,7 +34,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from spec.errors import InvalidArgument
 from spec.infinilm.block_manager import BlockManager, MambaCacheManager, ceil_div
@@ -39,6 +42,10 @@ from spec.infinilm.kernels import admits, scan_reservation
 from spec.infinilm.request import InferenceRequest, RequestStatus
 
 RESERVATIONS = ("legacy", "exact", "tight")
+
+# Where the prefill phase put a waiting request: back to the waiting tail, into the remote-pending
+# set (an asynchronous connector hit), or into this step's prefill batch.
+Placement = Literal["deferred", "remote", "prefill"]
 
 
 class KVConnector(Protocol):
@@ -101,8 +108,13 @@ class RequestQueue:
     def empty(self) -> bool:
         return not self._items
 
+    def snapshot(self) -> tuple[InferenceRequest, ...]:
+        """The queued requests, head first, as a tuple: a copy, so later puts and gets (and a
+        caller's scan over it) leave each other alone. O(n), no queue operations."""
+        return tuple(self._items)
+
     def __iter__(self) -> Iterator[InferenceRequest]:
-        return iter(tuple(self._items))
+        return iter(self.snapshot())
 
 
 class SpeculativeCacheOps:
@@ -293,13 +305,43 @@ class Scheduler:
         return batch_len > 0 and current + new_tokens > self.max_num_batched_tokens
 
     # ----------------------------------------------------------------- schedule
+    # One step is a short sequence of phases (reference §5.3). Each phase reads and writes the
+    # scheduler's state only through the methods it names, so a production scheduler can override
+    # one phase (a faster loop, a counter kept on the side) and inherit the others.
     def schedule(self) -> SchedulerOutput | None:
-        """One scheduling step (reference §5.3): prefill phase; else decode phase + promotion."""
-        bm, size = self.cache_manager, self.block_size
-        deferred: list[InferenceRequest] = []
+        """One scheduling step (reference §5.3): prefill phase; else decode phase + promotion.
+
+        Pre: none (client aborts were applied to the requests before the call).
+        Post: a prefill batch if any waiting request was admitted (quirk §9.6: then no request
+        decodes); else a decode batch of running requests followed by promoted remote requests;
+        else, with a connector, an empty batch (it still carries connector metadata); else
+        ``None``.
+        """
+        batch = self._prefill_phase()
+        if batch:  # quirk §9.6: any prefill suppresses the decode phase
+            return self._output(batch, is_prefill=True)
+        batch = self._decode_phase()
+        if self.connector is not None:
+            self._promote_remote(batch)
+        if batch:
+            return self._output(batch, is_prefill=False)
+        if self.connector is not None:
+            return self._output([], is_prefill=False)
+        return None
+
+    def _prefill_phase(self) -> list[InferenceRequest]:
+        """Admit waiting requests, head first, into this step's prefill batch.
+
+        Pre: none.
+        Post: the batch lists the admitted requests in waiting order, each RUNNING with its pages;
+        the loop stopped at a full batch, a spent token budget, an empty waiting queue or the first
+        request that could not be placed — that one went to the waiting *tail* (quirk §9.5).
+        Finished requests met on the way were completed; asynchronous remote hits left for the
+        remote-pending set without counting toward the batch (quirk §9.12).
+        """
         batch: list[InferenceRequest] = []
-        tokens = 0
-        extra = 0  # current_prefill_extra_blocks
+        tokens = 0  # the batch's new (uncached) prompt tokens
+        extra = 0  # current_prefill_extra_blocks: the batch's decode headroom
         while len(batch) < self.max_batch_size and tokens < self.max_num_batched_tokens:
             req = self.waiting_queue.sync_q.get_nowait()
             if req is None:
@@ -307,69 +349,134 @@ class Scheduler:
             if req.is_finished():
                 self.complete_requests([req])
                 continue
-            prompt = req.get_prompt_length()
             if req.num_computed_tokens == 0:  # fresh (or fully failed remote) request
-                cached: list[int] = []
-                local, external, is_async = 0, 0, False
-                if not self.has_mamba_cache:
-                    if self.enable_prefix_caching:
-                        cached, local = bm.get_computed_blocks(req.block_hashes, prompt - 1)  # PINS
-                    if self.connector is not None:
-                        external, is_async = self.connector.get_num_new_matched_tokens(req, local)
-                computed = min(local + external, max(prompt - 1, 0))
-                if not is_async and self._exceeds_token_budget(
-                    tokens, prompt - computed, len(batch)
-                ):
-                    if local > 0:
-                        bm.free_blocks(cached)
-                    deferred.append(req)
-                    break
-                if not self.can_accept_request(req, local, extra):
-                    if local > 0:
-                        bm.free_blocks(cached)
-                    deferred.append(req)
-                    break
-                allocated = bm.allocate_slots(prompt - computed, computed, cached)
-                if allocated is None:
-                    if local > 0:
-                        bm.free_blocks(cached)
-                    deferred.append(req)
-                    break
-                table, slots = allocated
-                if self.mamba_cache_manager is not None and req.mamba_cache_index is None:
-                    req.mamba_cache_index = self.mamba_cache_manager.allocate()
-                    if req.mamba_cache_index is None:
-                        bm.free_blocks(table)  # quirk §9.13: new pages stay cached (ref 0)
-                        deferred.append(req)
-                        break
-                req.block_table, req.slot_mapping, req.num_blocks = table, slots, len(table)
-                req.num_local_cached_tokens = local if is_async else computed
-                req.num_cache_indexed_blocks = len(cached)
-                req.num_computed_tokens = computed
-                if self.connector is not None:
-                    self.connector.update_state_after_alloc(req, table, external, size)
-            else:  # quirk §9.11: re-queued after a partial remote failure — no admission check
-                is_async = False
-                if self._exceeds_token_budget(
-                    tokens, prompt - req.num_local_cached_tokens, len(batch)
-                ):
-                    deferred.append(req)
-                    break
-                self.commit_computed_tokens(req, req.num_computed_tokens)
-            if is_async:  # quirk §9.12: not counted toward batch size or token budget
-                req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
-                self.remote_kv_requests[req.request_id] = req
-                self.pending_kv_decode_blocks += self._remote_blocks(req)
+                placed = self._place_fresh(req, tokens, extra, len(batch))
+            else:
+                placed = self._place_requeued(req, tokens, len(batch))
+            if placed == "deferred":
+                self.waiting_queue.sync_q.put(req)  # quirk §9.5: the deferred head goes to the TAIL
+                break
+            if placed == "remote":
+                self._wait_for_remote(req)
                 continue
-            extra += prefill_extra_blocks(req, size)
+            extra += prefill_extra_blocks(req, self.block_size)
             batch.append(req)
-            tokens += prompt - req.num_local_cached_tokens
+            tokens += req.get_prompt_length() - req.num_local_cached_tokens
             req.status = RequestStatus.RUNNING
-        for req in deferred:  # quirk §9.5: the deferred head goes to the TAIL
-            self.waiting_queue.sync_q.put(req)
-        if batch:  # quirk §9.6: any prefill suppresses the decode phase
-            return self._output(batch, is_prefill=True)
+        return batch
 
+    def _place_fresh(
+        self, req: InferenceRequest, tokens: int, extra: int, batch_len: int
+    ) -> Placement:
+        """Find a fresh request its pages: prefix and connector hits, budget, admission, allocation.
+
+        Pre: ``req`` was just dequeued, live, with ``num_computed_tokens == 0``; ``tokens``,
+        ``extra`` and ``batch_len`` describe the prefill batch built so far in this step.
+        Post: ``"deferred"`` when the token budget (skipped for an asynchronous hit), admission,
+        allocation or the mamba row fails — then the lookup's pins are released and the request's
+        fields are unchanged (quirk §9.13 aside: a failed mamba row leaves the new pages cached).
+        Otherwise its table, slots and counters are set, the connector is told, and the answer is
+        ``"remote"`` for an asynchronous connector hit, ``"prefill"`` for a local prefill.
+        """
+        bm, prompt = self.cache_manager, req.get_prompt_length()
+        cached, local, external, is_async = self._match_prefix(req)
+        computed = min(local + external, max(prompt - 1, 0))  # quirk §9.7: at most P - 1 tokens
+        over_budget = not is_async and self._exceeds_token_budget(
+            tokens, prompt - computed, batch_len
+        )
+        allocated = None
+        if not over_budget and self.can_accept_request(req, local, extra):
+            allocated = bm.allocate_slots(prompt - computed, computed, cached)
+        if allocated is None:
+            if local > 0:
+                bm.free_blocks(cached)  # unpin the prefix hit
+            return "deferred"
+        table, slots = allocated
+        if not self._attach_mamba_row(req, table):
+            return "deferred"
+        req.block_table, req.slot_mapping, req.num_blocks = table, slots, len(table)
+        req.num_local_cached_tokens = local if is_async else computed
+        req.num_cache_indexed_blocks = len(cached)
+        req.num_computed_tokens = computed
+        if self.connector is not None:
+            self.connector.update_state_after_alloc(req, table, external, self.block_size)
+        return "remote" if is_async else "prefill"
+
+    def _match_prefix(self, req: InferenceRequest) -> tuple[list[int], int, int, bool]:
+        """The prefix hits of a fresh request: ``(cached pages, local tokens, external, is_async)``.
+
+        Pre: ``req`` is fresh. Post: with prefix caching on, the index's longest hit over at most
+        ``P - 1`` prompt tokens (quirk §9.7), its pages PINNED; then the connector's external
+        tokens and whether they arrive asynchronously. A model with a mamba cache has neither
+        (reference §5.3): ``([], 0, 0, False)``, nothing pinned.
+        """
+        cached: list[int] = []
+        local, external, is_async = 0, 0, False
+        if self.has_mamba_cache:
+            return cached, local, external, is_async
+        if self.enable_prefix_caching:
+            cached, local = self.cache_manager.get_computed_blocks(
+                req.block_hashes, req.get_prompt_length() - 1
+            )
+        if self.connector is not None:
+            external, is_async = self.connector.get_num_new_matched_tokens(req, local)
+        return cached, local, external, is_async
+
+    def _attach_mamba_row(self, req: InferenceRequest, table: list[int]) -> bool:
+        """Give a request that was just allocated ``table`` its mamba state row, if it needs one.
+
+        Pre: ``table`` is the request's fresh allocation. Post: ``True`` when there is no mamba
+        cache, the request already has a row, or a row was allocated to it; ``False`` when no row
+        was free — then ``table`` was released with ``free_blocks`` (quirk §9.13: its new pages
+        stay in ``used`` with ref 0, cached).
+        """
+        mamba = self.mamba_cache_manager
+        if mamba is None or req.mamba_cache_index is not None:
+            return True
+        req.mamba_cache_index = mamba.allocate()
+        if req.mamba_cache_index is not None:
+            return True
+        self.cache_manager.free_blocks(table)  # quirk §9.13: new pages stay cached (ref 0)
+        return False
+
+    def _place_requeued(self, req: InferenceRequest, tokens: int, batch_len: int) -> Placement:
+        """Quirk §9.11: a request re-queued after a partial remote failure bypasses admission.
+
+        Pre: ``req`` was just dequeued, live, with ``num_computed_tokens > 0`` (it still holds its
+        pages); ``tokens`` and ``batch_len`` describe the prefill batch so far.
+        Post: ``"deferred"`` when its uncached tokens exceed the token budget, nothing changed;
+        else its computed pages are published and the answer is ``"prefill"`` (no admission
+        check, no allocation).
+        """
+        uncached = req.get_prompt_length() - req.num_local_cached_tokens
+        if self._exceeds_token_budget(tokens, uncached, batch_len):
+            return "deferred"
+        self.commit_computed_tokens(req, req.num_computed_tokens)
+        return "prefill"
+
+    def _wait_for_remote(self, req: InferenceRequest) -> None:
+        """Quirk §9.12: an asynchronous connector hit waits for its KV outside the batch.
+
+        Pre: ``req`` holds the pages its remote KV will be written into.
+        Post: ``req`` is WAITING_FOR_REMOTE_KVS, the last entry of ``remote_kv_requests``, and its
+        remote reservation is added to ``pending_kv_decode_blocks``; the batch size and token
+        budget are not charged.
+        """
+        req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+        self.remote_kv_requests[req.request_id] = req
+        self.pending_kv_decode_blocks += self._remote_blocks(req)
+
+    def _decode_phase(self) -> list[InferenceRequest]:
+        """One decode slot for each running request, head first, up to the batch size.
+
+        Pre: nothing was prefilled in this step (quirk §9.6).
+        Post: the batch lists the dequeued live requests in running order, each with one more
+        slot (``slot_mapping`` is that slot) and ``num_local_cached_tokens == P + g - 1``;
+        finished requests met on the way were completed. Quirk §9.14: when the pool runs out,
+        ``append_slot`` raises OutOfBlocksError with the request already dequeued (it is lost).
+        """
+        bm = self.cache_manager
+        batch: list[InferenceRequest] = []
         while len(batch) < self.max_batch_size:
             req = self.running_queue.sync_q.get_nowait()
             if req is None:
@@ -383,29 +490,32 @@ class Scheduler:
             req.num_blocks = len(req.block_table)
             req.num_local_cached_tokens = req.get_total_length() - 1
             batch.append(req)
+        return batch
 
-        if self.connector is not None:
-            for request_id in list(self.remote_kv_requests):  # insertion order
-                req = self.remote_kv_requests[request_id]
-                if req.is_finished():
-                    self.complete_requests([req])
-                    continue
-                if request_id in self.failed_receiving_kv_req_ids:
-                    self.update_waiting_for_remote_kv(req)
-                    req.status = RequestStatus.WAITING
-                    self.waiting_queue.sync_q.put(req)
-                elif request_id in self.finished_receiving_kv_req_ids:
-                    if len(batch) < self.max_batch_size:
-                        self.update_waiting_for_remote_kv(req)
-                        req.status = RequestStatus.RUNNING
-                        batch.append(req)
-                    else:
-                        break  # quirk §9.9: stops the whole loop, later clean-ups included
-        if batch:
-            return self._output(batch, is_prefill=False)
-        if self.connector is not None:
-            return self._output([], is_prefill=False)
-        return None
+    def _promote_remote(self, batch: list[InferenceRequest]) -> None:
+        """Settle the remote-pending requests, in insertion order, after the decode phase.
+
+        Pre: a connector is attached; ``batch`` is this step's decode batch.
+        Post: finished remote requests were completed; failed receives left the remote state and
+        went to the waiting tail (WAITING); finished receives left it and joined ``batch``
+        (RUNNING) while the batch had room. Quirk §9.9: the first finished receive that does not
+        fit stops the whole loop, so later remote requests are not even cleaned up this step.
+        """
+        for request_id in list(self.remote_kv_requests):  # insertion order
+            req = self.remote_kv_requests[request_id]
+            if req.is_finished():
+                self.complete_requests([req])
+                continue
+            if request_id in self.failed_receiving_kv_req_ids:
+                self.update_waiting_for_remote_kv(req)
+                req.status = RequestStatus.WAITING
+                self.waiting_queue.sync_q.put(req)
+            elif request_id in self.finished_receiving_kv_req_ids:
+                if len(batch) >= self.max_batch_size:
+                    break  # quirk §9.9: stops the whole loop, later clean-ups included
+                self.update_waiting_for_remote_kv(req)
+                req.status = RequestStatus.RUNNING
+                batch.append(req)
 
     def _output(self, batch: list[InferenceRequest], *, is_prefill: bool) -> SchedulerOutput:
         out = SchedulerOutput(batch, is_prefill, self.speculative_cache_ops)

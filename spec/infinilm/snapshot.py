@@ -1,12 +1,15 @@
-"""The one snapshot reader for block managers.
+"""The one snapshot reader for block managers, and the one for request schedulers.
 
-It reads only the upstream attribute names (``num_blocks``, ``block_size``, ``blocks[i].ref_count``,
-``blocks[i].hash``, ``free_block_ids``, ``used_block_ids``, ``hash_to_block_ids``), so the same reader
-fits kvspec's spec, kvspec's impl and an upstream InfiniLM ``BlockManager``.
+They read only the upstream attribute names (``num_blocks``, ``block_size``, ``blocks[i].ref_count``,
+``blocks[i].hash``, ``free_block_ids``, ``used_block_ids``, ``hash_to_block_ids``; a scheduler's
+``waiting_queue``, ``running_queue``, ``remote_kv_requests``, ``pending_free_blocks``, ...), so the
+same readers fit kvspec's spec, kvspec's impl and an upstream InfiniLM ``BlockManager`` or
+``Scheduler``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -59,4 +62,91 @@ def read_block_manager(bm: Any) -> BlockManagerSnapshot:
         ref_counts=tuple(b.ref_count for b in blocks),
         hashes=tuple(b.hash for b in blocks),
         hash_to_block_ids=tuple(sorted((h, tuple(ids)) for h, ids in bm.hash_to_block_ids.items())),
+    )
+
+
+# ----------------------------------------------------------------------------- scheduler
+class SchedulerSnapshot(NamedTuple):
+    """Every observable of a request scheduler and of the requests it was given, comparable.
+
+    Queue orders are part of the value (head first); ``remote`` is ``remote_kv_requests`` in
+    insertion order (promotion order); the id sets are sorted. ``requests`` has one row per
+    request the engine knows, sorted by id: ``(id, status name, block_table, slot_mapping,
+    num_blocks, num_computed_tokens, num_local_cached_tokens, num_cache_indexed_blocks,
+    mamba_cache_index, generated tokens)``. ``mamba`` is the mamba manager's ``(free, used)``
+    ids, ``()`` without one. Hidden counters (the production scheduler's reservation counter)
+    are not part of it: the invariants check them against it.
+    """
+
+    waiting: tuple[str, ...]
+    running: tuple[str, ...]
+    remote: tuple[str, ...]
+    finished_receiving: tuple[str, ...]
+    failed_receiving: tuple[str, ...]
+    pending_free_blocks: tuple[tuple[str, tuple[int, ...]], ...]
+    pending_kv_decode_blocks: int
+    cache_stats: tuple[tuple[str, int], ...]
+    requests: tuple[tuple[Any, ...], ...]
+    mamba: tuple[Any, ...]
+    block_manager: BlockManagerSnapshot
+
+    def differing_fields(self, other: SchedulerSnapshot) -> list[str]:
+        """Names of the fields whose values differ between ``self`` and ``other``."""
+        return [name for name, a, b in zip(self._fields, self, other, strict=True) if a != b]
+
+    def placed(self) -> tuple[str, ...]:
+        """The ids the scheduler holds: waiting, running, then remote-pending (repeats kept)."""
+        return self.waiting + self.running + self.remote
+
+    def holders(self, lost: Iterable[str] = ()) -> list[tuple[int, ...]]:
+        """Every block table the scheduler's bookkeeping holds pages for: the placed requests'
+        tables (in ``placed()`` order), then the ``lost`` requests' (sorted by id: dequeued by a
+        step that raised, reference §9.14), then the parked ``pending_free_blocks`` tables."""
+        tables = {row[0]: row[2] for row in self.requests}
+        return [
+            *(tables[rid] for rid in self.placed()),
+            *(tables[rid] for rid in sorted(lost)),
+            *(table for _, table in self.pending_free_blocks),
+        ]
+
+    def quiescent(self, lost: Collection[str] = ()) -> bool:
+        """Nothing placed, nothing parked and nothing lost: every page should be unreferenced."""
+        return not self.placed() and not self.pending_free_blocks and not lost
+
+
+def _ids(queue: Iterable[Any]) -> tuple[str, ...]:
+    return tuple(r.request_id for r in queue)
+
+
+def read_scheduler(scheduler: Any, requests: Mapping[str, Any]) -> SchedulerSnapshot:
+    """Snapshot any object with the upstream ``Scheduler`` attribute names, plus ``requests``
+    (request id -> request: every request the engine gave it, finished ones included)."""
+    s = scheduler
+    mamba = s.mamba_cache_manager
+    return SchedulerSnapshot(
+        waiting=_ids(s.waiting_queue),
+        running=_ids(s.running_queue),
+        remote=tuple(s.remote_kv_requests),
+        finished_receiving=tuple(sorted(s.finished_receiving_kv_req_ids)),
+        failed_receiving=tuple(sorted(s.failed_receiving_kv_req_ids)),
+        pending_free_blocks=tuple(sorted((k, tuple(v)) for k, v in s.pending_free_blocks.items())),
+        pending_kv_decode_blocks=s.pending_kv_decode_blocks,
+        cache_stats=tuple(sorted(s.get_cache_stats().items())),
+        requests=tuple(
+            (
+                rid,
+                r.status.name,
+                tuple(r.block_table),
+                tuple(r.slot_mapping),
+                r.num_blocks,
+                r.num_computed_tokens,
+                r.num_local_cached_tokens,
+                r.num_cache_indexed_blocks,
+                r.mamba_cache_index,
+                r.get_num_generated_tokens(),
+            )
+            for rid, r in sorted(requests.items())
+        ),
+        mamba=(tuple(mamba.free_block_ids), tuple(mamba.used_block_ids)) if mamba else (),
+        block_manager=read_block_manager(s.cache_manager),
     )

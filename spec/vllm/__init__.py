@@ -1,6 +1,6 @@
 """Reference models of vLLM's CPU KV-offload manager and its cache policies.
 
-Source of truth: shared/reference/vllm.md §0–§4, §7, §8, "the #50992 state" (§0.1) plus named
+Source of truth: docs/vllm.md §0–§4, §7, §8, "the #50992 state" (§0.1) plus named
 variants. Modules:
 
 * :mod:`spec.vllm.offload_manager` — ``CPUOffloadingManager`` (§1), the block-id pool, events,

@@ -1,6 +1,6 @@
 """vLLM's ARC offload cache policy (``cpu/policies/arc.py``) — the executable spec.
 
-Source of truth: shared/reference/vllm.md §2 (and §0.1, §7.1 O1/O3/O5/O6, §8). Reproduced exactly:
+Source of truth: docs/vllm.md §2 (and §0.1, §7.1 O1/O3/O5/O6, §8). Reproduced exactly:
 
 * four ordered lists, front = LRU: ``t1`` (seen once), ``t2`` (seen again), ghosts ``b1``/``b2``
   (keys only), and the float ``target_t1_size`` in ``[0, cache_capacity]`` (§2.1);

@@ -1,6 +1,6 @@
 """vLLM's LRU offload cache policy (``cpu/policies/lru.py``) — the executable spec.
 
-Source of truth: shared/reference/vllm.md §3 (and §7.1 O7/O9, §8). Two named variants:
+Source of truth: docs/vllm.md §3 (and §7.1 O7/O9, §8). Two named variants:
 
 * ``variant="v1"`` (#37874 up to #46216, §3.1): recency = insertion (``prepare_store``) or
   ``touch``, whatever the block's state; loads and store completions do not reorder.

@@ -1,6 +1,6 @@
 """vLLM's ``CPUOffloadingManager`` (``vllm/v1/kv_offload/cpu/manager.py``) — the executable spec.
 
-Source of truth: shared/reference/vllm.md §1 (operations), §4 (upstream tests), §7.1, §8, in "the
+Source of truth: docs/vllm.md §1 (operations), §4 (upstream tests), §7.1, §8, in "the
 #50992 state" (§0.1): #37874 atomic policies, #41795 ``HIT_PENDING``, #41727 store threshold,
 #41956 ``reset_cache``, #45757 guard, #46216 LRU, #47744 ``req_context``. Named variants are
 constructor keywords: ``cache_policy="lru" | "arc"`` (upstream name), ``lru="v1" | "v2"`` and
@@ -58,10 +58,29 @@ __all__ = [
     "PrepareStoreOutput",
     "read_offload_manager",
     "read_policy",
+    "variant_keywords",
 ]
 
 CachePolicyName = Literal["lru", "arc"]
 CACHE_POLICIES: tuple[CachePolicyName, ...] = ("lru", "arc")
+
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "arc": ("no_fallback", "t1_fallback"),  # the #50992 state / #55461 (``arc_t1_fallback=True``)
+    "lru": ("v2", "v1"),  # #46216 (the #50992 state) / #37874 (``lru="v1"``)
+}
+"""Named variants per cache policy, the default (the #50992 state) first."""
+
+
+def variant_keywords(policy: str, variant: str) -> dict[str, Any]:
+    """The constructor keyword selecting ``variant``; nothing for the default, so a target with
+    upstream's constructor (no kvspec variant keywords) runs the default variant."""
+    if variant not in VARIANTS.get(policy, ()):
+        raise InvalidArgument(
+            f"unknown {policy} variant {variant!r}; choose one of {VARIANTS.get(policy, ())}"
+        )
+    if policy == "arc":
+        return {"arc_t1_fallback": True} if variant == "t1_fallback" else {}
+    return {"lru": "v1"} if variant == "v1" else {}
 
 
 class LookupResult(Enum):

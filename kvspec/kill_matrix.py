@@ -1,8 +1,8 @@
 """``kvspec mutants``: the kill matrix — every checker that applies against every planted bug.
 
-The catalogue is ``stateful_tests.mutants.CATALOGUE`` (one list; each entry names its upstream
-origin). A *checker* here is a function ``(mutant, budget_seconds) -> Attempt``; each runs one
-layer of kvspec against the mutant under a wall-clock budget:
+The catalogue is every registered component's planted bugs (``kvspec.components.catalogue()``;
+each entry names its upstream origin). A *checker* here is a function ``(mutant, budget_seconds)
+-> Attempt``; each runs one layer of kvspec against the mutant under a wall-clock budget:
 
 * ``hypothesis`` — the component's lockstep machine under the ``ci`` profile (derandomized);
 * ``fuzzer`` — the seeded differential fuzzer, seed after seed until the budget is spent, then
@@ -26,14 +26,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from stateful_tests.mutants import CATALOGUE, Mutant
+from kvspec import components
+from stateful_tests.checker import Mutant
 
-MODULES = {
-    "infinilm-block-manager": "stateful_tests.infinilm_block_manager",
-    "infinilm-scheduler": "stateful_tests.infinilm_scheduler",
-    "vllm-arc": "stateful_tests.vllm_offload",
-    "vllm-lru": "stateful_tests.vllm_offload",
-}
 README_START = "<!-- kill-matrix:start -->"
 README_END = "<!-- kill-matrix:end -->"
 
@@ -51,21 +46,9 @@ class Attempt:
         return self.status == "killed"
 
 
-def _module(component: str) -> Any:
-    import importlib
-
-    return importlib.import_module(MODULES[component])
-
-
 def options(m: Mutant) -> dict[str, Any]:
     """The checker keyword arguments that put a mutant in the configuration its bug lives in."""
-    if m.component == "infinilm-scheduler":
-        return {"reservation": m.variant, "connector": m.connector}
-    mod = _module(m.component)
-    if hasattr(mod, "mutant_options"):
-        opts: dict[str, Any] = mod.mutant_options(m)
-        return opts
-    return {}
+    return components.get(m.component).mutant_options(m)
 
 
 def run_hypothesis(m: Mutant, budget: float) -> Attempt:
@@ -76,7 +59,7 @@ def run_hypothesis(m: Mutant, budget: float) -> Attempt:
 
     started = time.perf_counter()
     with shrink_budget(max(1.0, budget / 2)), _first_divergence() as first:
-        r = _module(m.component).check(
+        r = components.get(m.component).check(
             m.cls, f"mutant:{m.name}", settings(profiles.get("ci")), **options(m)
         )
     if r.passed:
@@ -110,20 +93,20 @@ def _first_divergence() -> Iterator[list[float]]:
 
 
 def run_fuzzer(m: Mutant, budget: float, chunk: int = 5_000) -> Attempt:
-    mod = _module(m.component)
+    comp = components.get(m.component)
     started = time.perf_counter()
     seed = 0
     while True:
         elapsed = time.perf_counter() - started
         if elapsed > budget:
             return Attempt("fuzzer", "survived", elapsed)
-        r = mod.fuzz(m.cls, f"mutant:{m.name}", chunk, seed, **options(m))
+        r = comp.fuzz(m.cls, f"mutant:{m.name}", chunk, seed, **options(m))
         if not r.passed:
             seconds = time.perf_counter() - started
             trace = r.trace
             if trace is not None:
-                trace = mod.shrink_trace(
-                    trace, m.cls, f"mutant:{m.name}", budget_seconds=min(10.0, budget)
+                trace = comp.shrink(
+                    trace, m.cls, f"mutant:{m.name}", budget_seconds=min(10.0, budget), **m.options
                 )
             steps = len(trace["steps"]) if trace else None
             check = r.failure.check if r.failure else None
@@ -132,27 +115,42 @@ def run_fuzzer(m: Mutant, budget: float, chunk: int = 5_000) -> Attempt:
 
 
 def run_explorer(m: Mutant, budget: float) -> Attempt:
-    try:
-        from proofs import explorer
-    except ImportError:
+    """Explore the mutant's component at its default bounds within ``budget`` seconds (its own
+    variant, or every variant); the repro length is the shortest counterexample's."""
+    from kvspec import exploration
+
+    comp = components.get(m.component)
+    if comp.explorer is None:
         return Attempt("explorer", "n/a")
-    runner = getattr(explorer, "explore_mutant", None)
-    if runner is None:
-        return Attempt("explorer", "n/a")
-    result: Attempt = runner(m, budget)
-    return result
+    started = time.perf_counter()
+    result = exploration.explore_component(
+        comp,
+        m.cls,
+        f"mutant:{m.name}",
+        variants=[m.variant] if m.variant else None,
+        overrides=exploration.bound_overrides(comp, m.options),
+        deadline=started + budget,
+    )
+    seconds = time.perf_counter() - started
+    for _, r in result.runs:
+        if r.violations:
+            v = r.violations[0]
+            return Attempt("explorer", "killed", seconds, v.depth, v.check)
+    return Attempt("explorer", "survived", seconds)
 
 
 def run_crosshair(m: Mutant, budget: float) -> Attempt:
+    """``crosshair diffbehavior`` of the planted kernel variant that carries the mutant's bug
+    (``n/a`` for bugs outside the pure kernels)."""
     try:
         from proofs import crosshair_checks
     except ImportError:
         return Attempt("crosshair", "n/a")
-    runner = getattr(crosshair_checks, "check_mutant", None)
-    if runner is None:
+    verdict = crosshair_checks.kill_planted(m.name, budget)
+    if verdict is None:
         return Attempt("crosshair", "n/a")
-    result: Attempt = runner(m, budget)
-    return result
+    status, seconds, kind = verdict
+    return Attempt("crosshair", status, seconds, None, kind)
 
 
 CHECKERS: dict[str, Callable[[Mutant, float], Attempt]] = {
@@ -201,16 +199,19 @@ class Row:
         }
 
 
-def select(names: Sequence[str] | None, components: Sequence[str] | None) -> list[Mutant]:
+def select(names: Sequence[str] | None, component_names: Sequence[str] | None) -> list[Mutant]:
     """Catalogue entries by name and/or component; ``ValueError`` naming an unknown one."""
-    chosen = list(CATALOGUE.values())
+    catalogue = components.catalogue()
+    chosen = list(catalogue.values())
     if names:
-        unknown = [n for n in names if n not in CATALOGUE]
+        unknown = [n for n in names if n not in catalogue]
         if unknown:
             raise ValueError(f"unknown mutant(s) {', '.join(unknown)}")
         chosen = [m for m in chosen if m.name in names]
-    if components:
-        chosen = [m for m in chosen if m.component in components]
+    if component_names:
+        for name in component_names:
+            components.get(name)  # an unknown component is an error, not an empty selection
+        chosen = [m for m in chosen if m.component in component_names]
     return chosen
 
 

@@ -26,9 +26,9 @@ def _ops(n: int) -> int:
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_block_manager_lockstep(seed: int) -> None:
     from impl.infinilm.block_manager import BlockManager
-    from stateful_tests.infinilm_block_manager import fuzz
+    from kvspec import components
 
-    result = fuzz(BlockManager, "impl", _ops(20_000), seed)
+    result = components.get("infinilm-block-manager").fuzz(BlockManager, "impl", _ops(20_000), seed)
     assert result.passed, result.failure
 
 
@@ -36,9 +36,11 @@ def test_block_manager_lockstep(seed: int) -> None:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_scheduler_lockstep(reservation: str, seed: int) -> None:
     from impl.infinilm.scheduler import Scheduler
-    from stateful_tests.infinilm_scheduler import fuzz
+    from kvspec import components
 
-    result = fuzz(Scheduler, "impl", _ops(4_000), seed, reservation=reservation)
+    result = components.get("infinilm-scheduler").fuzz(
+        Scheduler, "impl", _ops(4_000), seed, variant=reservation
+    )
     assert result.passed, result.failure
 
 
@@ -46,8 +48,8 @@ def test_scheduler_lockstep(reservation: str, seed: int) -> None:
 @pytest.mark.parametrize("policy", ["arc", "lru"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_offload_lockstep(policy: str, seed: int) -> None:
-    vllm_offload = pytest.importorskip("stateful_tests.vllm_offload")
     from impl.vllm.offload_manager import CPUOffloadingManager
+    from kvspec import components
 
-    result = vllm_offload.fuzz(CPUOffloadingManager, "impl", _ops(6_000), seed, policy=policy)
+    result = components.get(f"vllm-{policy}").fuzz(CPUOffloadingManager, "impl", _ops(6_000), seed)
     assert result.passed, result.failure

@@ -1,0 +1,458 @@
+"""The component registry: one :class:`Component` record per modelled engine component.
+
+Every command — check, fuzz, replay, explore, mutants, verify, bench — reads a component from
+here, and nothing outside this module names a component. A record says where the spec and the impl
+live, the target API they share (the loader's exit-2 message), the named variants (passed
+everywhere as ``variant=``, the default first), the lockstep checker (driver, operations table,
+facts, invariants: a :class:`~stateful_tests.checker.CheckerDef`), the explorer model and its
+bounds, the bench suites, the planted bugs, and the extra stages ``kvspec verify`` runs.
+
+Heavy parts are named as ``"module:attribute"`` references and imported on first use, so that
+``kvspec --help`` or a failing argument check does not import hypothesis, z3 or torch; a record
+built in code (a test's toy component) may hold the objects themselves. Adding a component is one
+record plus its spec, impl and driver: docs/adding-a-component.md walks through it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from spec.infinilm.scheduler import RESERVATIONS
+from spec.vllm.offload_manager import VARIANTS as OFFLOAD_VARIANTS
+
+if TYPE_CHECKING:  # the checkers import hypothesis: only when a command runs one
+    from stateful_tests.checker import CheckerDef, Example, Mutant, Options
+    from stateful_tests.lockstep import RunResult
+
+Ref = Any
+"""An object, or the ``"module:attribute"`` text naming it."""
+
+
+def resolve(ref: Ref) -> Any:
+    """The object ``ref`` names (``ref`` itself if it is not a ``"module:attribute"`` text)."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attribute = ref.partition(":")
+    value: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        value = getattr(value, part)
+    return value
+
+
+class ComponentError(ValueError):
+    """A component, variant or option that does not exist (the CLI exits 2 with the message)."""
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """What ``kvspec verify`` runs of one component: hypothesis programs per variant (``None``:
+    the ``ci`` profile's own count), fuzzed calls per variant (quick, full), and extra stages
+    ``(name, "module:function")``, each function ``(component, quick) -> (status, summary)``."""
+
+    check_examples: int | None = None
+    fuzz_ops: tuple[int, int] = (5_000, 30_000)
+    stages: tuple[tuple[str, Ref], ...] = ()
+
+
+@dataclass(frozen=True)
+class ExplorerPlan:
+    """The exhaustive explorer's view of a component: the model class (``proofs.explorer.Model``
+    subclass, built as ``model(component, target_cls, target, bounds)``), its bounds class (a
+    frozen dataclass; a ``variant`` field takes the component's variants) and the small scope that
+    ``kvspec verify`` explores completely (bound overrides)."""
+
+    model: Ref
+    bounds: Ref
+    verify_scope: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Component:
+    """One modelled component and everything the commands need to check it."""
+
+    name: str
+    summary: str
+    spec: str  # "module:Class" of the executable spec
+    impl: str  # "module:Class" of the production implementation
+    required_api: tuple[str, ...]
+    checker: Ref  # a CheckerDef
+    variants: tuple[str, ...] = ()  # named variants, the default first; () = none
+    fixed_options: Mapping[str, Any] = field(default_factory=dict)  # given to every checker run
+    flags: Mapping[str, str] = field(default_factory=dict)  # boolean checker options: name -> help
+    targets: Mapping[str, str] = field(default_factory=dict)  # extra built-in target names
+    mutants: Ref = ()  # a sequence of stateful_tests.checker.Mutant
+    equivalent_mutants: Ref = ()  # planted changes proved not to be bugs (must survive)
+    explorer: ExplorerPlan | None = None
+    bench_suites: tuple[str, ...] = ()
+    verify: VerifyPlan = field(default_factory=VerifyPlan)
+
+    # ------------------------------------------------------------------ parts, resolved once
+    @cached_property
+    def checker_def(self) -> CheckerDef:
+        checker: CheckerDef = resolve(self.checker)
+        return checker
+
+    @cached_property
+    def planted(self) -> tuple[Mutant, ...]:
+        """The planted bugs, each tagged with this component."""
+        return tuple(replace(m, component=self.name) for m in resolve(self.mutants))
+
+    @cached_property
+    def equivalent(self) -> tuple[Mutant, ...]:
+        return tuple(replace(m, component=self.name) for m in resolve(self.equivalent_mutants))
+
+    def builtin_targets(self) -> dict[str, str]:
+        """Short target names -> ``"module:Class"``: ``impl``, ``spec`` and the extra ones."""
+        return {"impl": self.impl, "spec": self.spec, **self.targets}
+
+    # ------------------------------------------------------------------ arguments
+    def check_variant(self, variant: str | None) -> str | None:
+        """``variant`` if it names one of this component's variants (``None``: drawn per run)."""
+        if variant is None:
+            return None
+        if not self.variants:
+            raise ComponentError(f"--variant does not apply to {self.name} (it has no variants)")
+        if variant not in self.variants:
+            raise ComponentError(
+                f"unknown {self.name} variant {variant!r}; choose one of {', '.join(self.variants)}"
+            )
+        return variant
+
+    def options(self, **given: Any) -> dict[str, Any]:
+        """The checker options of a run: the fixed ones, then those ``given`` that are not ``None``
+        (each must be one the checker takes)."""
+        chosen = {k: v for k, v in given.items() if v is not None}
+        unknown = sorted(set(chosen) - set(self.checker_def.options))
+        if unknown:
+            raise ComponentError(f"{', '.join(unknown)} does not apply to {self.name}")
+        return {**self.fixed_options, **chosen}
+
+    # ------------------------------------------------------------------ checker runs
+    def check(
+        self,
+        target_cls: Callable[..., Any],
+        target: str,
+        settings: Any,
+        *,
+        variant: str | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """The hypothesis lockstep machine (and the explicit programs) under ``settings``."""
+        from stateful_tests import checker
+
+        return checker.check(
+            self.name,
+            self.checker_def,
+            target_cls,
+            target,
+            settings,
+            variant=self.check_variant(variant),
+            options=self.options(**options),
+        )
+
+    def fuzz(
+        self,
+        target_cls: Callable[..., Any],
+        target: str,
+        ops: int,
+        seed: int,
+        *,
+        variant: str | None = None,
+        progress: Callable[[int], None] | None = None,
+        episode_ops: int | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """Seeded differential fuzzing until ``ops`` lockstep calls."""
+        from stateful_tests import checker
+
+        return checker.fuzz(
+            self.name,
+            self.checker_def,
+            target_cls,
+            target,
+            ops,
+            seed,
+            variant=self.check_variant(variant),
+            options=self.options(**options),
+            episode_ops=episode_ops,
+            progress=progress,
+        )
+
+    def replay(
+        self,
+        document: Mapping[str, Any],
+        target_cls: Callable[..., Any],
+        target: str,
+        **options: Any,
+    ) -> RunResult:
+        """Re-run a saved trace on a fresh spec and ``target``."""
+        from stateful_tests import checker
+
+        return checker.replay(
+            self.name,
+            self.checker_def,
+            document,
+            target_cls,
+            target,
+            options=self.options(**options),
+        )
+
+    def shrink(
+        self,
+        document: dict[str, Any],
+        target_cls: Callable[..., Any],
+        target: str,
+        *,
+        budget_seconds: float = 10.0,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Delta-debug a failing trace for at most ``budget_seconds``."""
+        from stateful_tests import checker
+
+        return checker.shrink(
+            self.name,
+            self.checker_def,
+            document,
+            target_cls,
+            target,
+            budget_seconds=budget_seconds,
+            options=self.options(**options),
+        )
+
+    def run_example(
+        self,
+        target_cls: Callable[..., Any],
+        target: str,
+        example: Example,
+        *,
+        variant: str | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """One explicit program (a seeded, scripted run on a chosen configuration)."""
+        from stateful_tests import checker
+
+        return checker.run_example(
+            self.name,
+            self.checker_def,
+            target_cls,
+            target,
+            example,
+            variant=self.check_variant(variant),
+            options=self.options(**options),
+        )
+
+    def mutant_options(self, m: Mutant) -> dict[str, Any]:
+        """The keywords of :meth:`check`/:meth:`fuzz` that put mutant ``m`` in reach."""
+        return {"variant": m.variant, **m.options}
+
+
+# ============================================================================ the records
+_INFINILM_BM_API = (
+    "allocate_slots",
+    "get_computed_blocks",
+    "append_slot",
+    "append_slots",
+    "truncate_blocks",
+    "publish_computed_blocks",
+    "free_blocks",
+    "try_free_blocks",
+    "can_allocate",
+    "get_num_free_blocks",
+    "get_total_usable_blocks",
+    "update_blocks_slot",
+)
+_INFINILM_SCHEDULER_API = (
+    "add_request",
+    "schedule",
+    "can_accept_request",
+    "complete_requests",
+    "commit_computed_tokens",
+    "update_from_output",
+    "update_waiting_for_remote_kv",
+    "get_cache_stats",
+)
+_VLLM_OFFLOAD_API = (
+    "lookup",
+    "prepare_load",
+    "complete_load",
+    "prepare_store",
+    "complete_store",
+    "touch",
+    "reset_cache",
+    "take_events",
+)
+_VLLM_ADAPTER = "kvspec.vllm_adapter:VllmCPUOffloadingManager"
+_OFFLOAD_EXPLORER = ("proofs.explorer:OffloadModel", "proofs.explorer:OffloadBounds")
+
+_BUILTIN: tuple[Component, ...] = (
+    Component(
+        name="infinilm-block-manager",
+        summary="InfiniLM's paged BlockManager with its prefix cache (docs/infinilm.md §1-§4)",
+        spec="spec.infinilm.block_manager:BlockManager",
+        impl="impl.infinilm.block_manager:BlockManager",
+        required_api=_INFINILM_BM_API,
+        checker="stateful_tests.infinilm_block_manager:CHECKER",
+        mutants="stateful_tests.mutants_infinilm:BLOCK_MANAGER_MUTANTS",
+        explorer=ExplorerPlan(
+            "proofs.explorer:BlockManagerModel",
+            "proofs.explorer:BlockManagerBounds",
+            {"pages": 2, "vocab": 2, "tables": 1, "tokens": 2},
+        ),
+        bench_suites=("reclaim", "usable"),
+        verify=VerifyPlan(check_examples=None, fuzz_ops=(50_000, 300_000)),
+    ),
+    Component(
+        name="infinilm-scheduler",
+        summary="InfiniLM's Scheduler over the block manager, reservation variants "
+        "(docs/infinilm.md §5-§7)",
+        spec="spec.infinilm.scheduler:Scheduler",
+        impl="impl.infinilm.scheduler:Scheduler",
+        required_api=_INFINILM_SCHEDULER_API,
+        checker="stateful_tests.infinilm_scheduler:CHECKER",
+        variants=RESERVATIONS,
+        flags={
+            "soundness": "also fail when a decode step runs out of pages without draft tokens "
+            "(admission_soundness)"
+        },
+        mutants="stateful_tests.mutants_infinilm:SCHEDULER_MUTANTS",
+        explorer=ExplorerPlan(
+            "proofs.explorer:SchedulerModel",
+            "proofs.explorer:SchedulerBounds",
+            {"pages": 3, "requests": 2, "prompt_tokens": 2, "max_new": 2},
+        ),
+        bench_suites=("schedule", "capacity", "admission"),
+        verify=VerifyPlan(
+            check_examples=60,
+            fuzz_ops=(5_000, 30_000),
+            stages=(
+                ("admission soundness (spec)", "kvspec.admission:soundness_stage"),
+                ("admission predictor (example manifest)", "kvspec.admission:predictor_stage"),
+            ),
+        ),
+    ),
+    Component(
+        name="vllm-arc",
+        summary="vLLM's CPU offload manager with the ARC policy (docs/vllm.md §1-§2)",
+        spec="spec.vllm.offload_manager:CPUOffloadingManager",
+        impl="impl.vllm.offload_manager:CPUOffloadingManager",
+        required_api=_VLLM_OFFLOAD_API,
+        checker="stateful_tests.vllm_offload:CHECKER",
+        variants=OFFLOAD_VARIANTS["arc"],
+        fixed_options={"policy": "arc"},
+        targets={"vllm": _VLLM_ADAPTER},
+        mutants="stateful_tests.mutants_vllm:ARC_MUTANTS",
+        equivalent_mutants="stateful_tests.mutants_vllm:ARC_EQUIVALENT_MUTANTS",
+        explorer=ExplorerPlan(*_OFFLOAD_EXPLORER, {"capacity": 2, "keys": 3}),
+        bench_suites=("arc",),
+        verify=VerifyPlan(check_examples=60, fuzz_ops=(5_000, 30_000)),
+    ),
+    Component(
+        name="vllm-lru",
+        summary="vLLM's CPU offload manager with the LRU policy (docs/vllm.md §1, §3)",
+        spec="spec.vllm.offload_manager:CPUOffloadingManager",
+        impl="impl.vllm.offload_manager:CPUOffloadingManager",
+        required_api=_VLLM_OFFLOAD_API,
+        checker="stateful_tests.vllm_offload:CHECKER",
+        variants=OFFLOAD_VARIANTS["lru"],
+        fixed_options={"policy": "lru"},
+        targets={"vllm": _VLLM_ADAPTER},
+        mutants="stateful_tests.mutants_vllm:LRU_MUTANTS",
+        explorer=ExplorerPlan(*_OFFLOAD_EXPLORER, {"capacity": 2, "keys": 3}),
+        bench_suites=("lru",),
+        verify=VerifyPlan(check_examples=60, fuzz_ops=(5_000, 30_000)),
+    ),
+)
+
+_REGISTRY: dict[str, Component] = {c.name: c for c in _BUILTIN}
+
+
+# ============================================================================ lookups
+def names() -> tuple[str, ...]:
+    """Registered component names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def all_components() -> tuple[Component, ...]:
+    return tuple(_REGISTRY.values())
+
+
+def get(name: str) -> Component:
+    """The component ``name`` (``ComponentError`` naming the known ones otherwise)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ComponentError(
+            f"unknown component {name!r} (available: {', '.join(_REGISTRY)})"
+        ) from None
+
+
+def register(component: Component) -> None:
+    """Add a component (``ComponentError`` if the name is taken)."""
+    if component.name in _REGISTRY:
+        raise ComponentError(f"component {component.name!r} is already registered")
+    _REGISTRY[component.name] = component
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+@contextmanager
+def registered(component: Component) -> Iterator[Component]:
+    """``component`` registered for the duration of a ``with`` block."""
+    register(component)
+    try:
+        yield component
+    finally:
+        unregister(component.name)
+
+
+def catalogue() -> dict[str, Mutant]:
+    """Every planted bug of every component, by name, in registration order."""
+    return {m.name: m for c in _REGISTRY.values() for m in c.planted}
+
+
+def equivalent_mutants() -> dict[str, Mutant]:
+    return {m.name: m for c in _REGISTRY.values() for m in c.equivalent}
+
+
+def bench_suites() -> dict[str, Component]:
+    """Bench suite name -> the component it measures."""
+    return {suite: c for c in _REGISTRY.values() for suite in c.bench_suites}
+
+
+def with_flag(flag: str) -> tuple[str, ...]:
+    """The components that take the boolean checker option ``flag``."""
+    return tuple(c.name for c in _REGISTRY.values() if flag in c.flags)
+
+
+def all_flags() -> dict[str, str]:
+    """Every boolean checker option any component takes -> its help text."""
+    flags: dict[str, str] = {}
+    for c in _REGISTRY.values():
+        for flag, text in c.flags.items():
+            flags.setdefault(flag, text)
+    return flags
+
+
+def describe_variants() -> str:
+    """``name: a, b; …`` for the components that have variants (CLI help)."""
+    return "; ".join(f"{c.name}: {', '.join(c.variants)}" for c in _REGISTRY.values() if c.variants)
+
+
+def options_of(component: Component, values: Mapping[str, Any]) -> Options:
+    """The flags among ``values`` (e.g. parsed CLI arguments) that ``component`` takes; a flag
+    that is set for a component without it is a ``ComponentError``."""
+    chosen: dict[str, Any] = {}
+    for flag in all_flags():
+        if values.get(flag):
+            if flag not in component.flags:
+                owners = ", ".join(with_flag(flag))
+                raise ComponentError(f"--{flag} applies to {owners}, not {component.name}")
+            chosen[flag] = True
+    return chosen

@@ -1,0 +1,290 @@
+"""``kvspec explore``: the exhaustive small-scope explorer on the command line.
+
+``kvspec explore COMPONENT [--target …] [--variant V] [--depth N] [--max-states N] [bounds…]
+[--json]`` runs :mod:`proofs.explorer` with the component's model and bounds from the registry (one
+breadth-first search per variant unless ``--variant`` picks one) and prints a table, or one JSON
+document with ``--json``. Exit status: 0 every reached state and every edge holds (``complete``
+says whether the bounds were exhausted), 1 a violation (the shortest counterexample is printed and
+saved under ``.kvspec/traces/``), 2 could not run.
+
+The bound options are the fields of every registered component's bounds class: an integer field
+``pages`` is ``--pages N``; a boolean field that is off by default is ``--NAME``, one that is on by
+default is ``--no-NAME``. A bound given for a component whose bounds do not have it is a usage
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kvspec import components
+from kvspec.components import Component, ComponentError, resolve
+from kvspec.output import (
+    OUT,
+    TRACE_DIR,
+    UsageError,
+    could_not_run,
+    emit,
+    print_counterexample,
+    status_line,
+)
+from kvspec.targets import TargetError, load_target
+
+
+def _bound_fields() -> dict[str, tuple[dataclasses.Field[Any], list[str], str]]:
+    """Every bound of every registered explorer: name -> (field, components, help)."""
+    found: dict[str, tuple[dataclasses.Field[Any], list[str], str]] = {}
+    for comp in components.all_components():
+        if comp.explorer is None:
+            continue
+        bounds_cls = resolve(comp.explorer.bounds)
+        help_texts = getattr(bounds_cls, "HELP", {})
+        for f in dataclasses.fields(bounds_cls):
+            if f.name == "variant":
+                continue
+            owners = found.setdefault(f.name, (f, [], help_texts.get(f.name, f.name)))[1]
+            owners.append(comp.name)
+    return found
+
+
+def _flag(name: str, f: dataclasses.Field[Any]) -> str:
+    """The option for a bound: ``--name`` (an int, or a bool off by default), ``--no-name``."""
+    option = name.replace("_", "-")
+    return f"--no-{option}" if f.type in (bool, "bool") and f.default is True else f"--{option}"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``explore`` on the CLI's subparsers."""
+    explorable = [c.name for c in components.all_components() if c.explorer is not None]
+    p = subparsers.add_parser(
+        "explore",
+        help="exhaustive small-scope explorer: BFS over every call sequence, shortest "
+        "counterexample",
+    )
+    p.add_argument("component", help=f"one of {', '.join(explorable)}")
+    p.add_argument("--target", help="impl (default), spec, mutant:NAME, MOD:CLASS or FILE.py:CLASS")
+    p.add_argument(
+        "--variant",
+        help=f"{components.describe_variants()} (default: every variant, one search each)",
+    )
+    p.add_argument("--depth", type=int, help="stop after N calls (default: until complete)")
+    p.add_argument(
+        "--max-states",
+        type=int,
+        default=1_000_000,
+        help="stop at N distinct states (memory bound; default 1,000,000)",
+    )
+    p.add_argument("--time-limit", type=float, help="stop after S seconds")
+    group = p.add_argument_group("bounds (each applies to the components named)")
+    for name, (f, owners, text) in _bound_fields().items():
+        flag = _flag(name, f)
+        where = f" ({', '.join(owners)})"
+        if f.type in (bool, "bool"):
+            text = f"turn off {text}" if f.default is True else text
+            group.add_argument(flag, dest=f"bound_{name}", action="store_true", help=text + where)
+        else:
+            group.add_argument(flag, dest=f"bound_{name}", type=int, metavar="N", help=text + where)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_explore)
+
+
+def _overrides(args: argparse.Namespace, comp: Component) -> dict[str, Any]:
+    """The bounds given on the command line (``UsageError`` for one this component lacks)."""
+    assert comp.explorer is not None
+    mine = {f.name for f in dataclasses.fields(resolve(comp.explorer.bounds))}
+    given: dict[str, Any] = {}
+    wrong: list[str] = []
+    for name, (f, _, _) in _bound_fields().items():
+        value = getattr(args, f"bound_{name}", None)
+        if value is None or value is False:
+            continue
+        if name not in mine:
+            wrong.append(_flag(name, f))
+            continue
+        given[name] = (not f.default) if f.type in (bool, "bool") else value
+    if wrong:
+        raise UsageError(f"{', '.join(wrong)} does not apply to {comp.name}")
+    return given
+
+
+def bound_overrides(comp: Component, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Checker options that are also bounds of the component's explorer (a mutant's PD
+    connector, say) as bound overrides."""
+    if comp.explorer is None:
+        return {}
+    names = {f.name for f in dataclasses.fields(resolve(comp.explorer.bounds))}
+    return {k: v for k, v in options.items() if k in names and v is not None}
+
+
+def explore_component(
+    comp: Component,
+    target_cls: Callable[..., Any],
+    target: str,
+    *,
+    variants: Sequence[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    depth: int | None = None,
+    max_states: int | None = 1_000_000,
+    deadline: float | None = None,
+    progress: Callable[[str, int, int, int], None] | None = None,
+    save_dir: Any = None,
+) -> Any:
+    """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given)."""
+    from proofs import explorer
+
+    if comp.explorer is None:
+        raise ComponentError(f"{comp.name} has no explorer model")
+    return explorer.run(
+        comp.name,
+        resolve(comp.explorer.model),
+        resolve(comp.explorer.bounds),
+        target_cls,
+        target,
+        variants=list(variants or comp.variants or ("",)),
+        overrides=overrides,
+        options=comp.fixed_options,
+        depth=depth,
+        max_states=max_states,
+        deadline=deadline,
+        progress=progress,
+        save_dir=save_dir,
+    )
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    """``kvspec explore``: 0 holds, 1 a violation (counterexample printed and saved), 2 could
+    not run (raised as UsageError / TargetError / ComponentError)."""
+    from proofs import explorer
+
+    comp = components.get(args.component)
+    if comp.explorer is None:
+        raise UsageError(f"{comp.name} has no explorer model")
+    variant = comp.check_variant(args.variant)
+    for option, value in (("--depth", args.depth), ("--max-states", args.max_states)):
+        if value is not None and value < 1:
+            raise UsageError(f"{option} must be at least 1, got {value}")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UsageError(f"--time-limit must be positive, got {args.time_limit}")
+    overrides = _overrides(args, comp)
+    bounds_cls = resolve(comp.explorer.bounds)
+    chosen = [variant] if variant else list(comp.variants or ("",))
+    try:  # bounds first: a bad bound is a usage error even before the target loads
+        for v in chosen:
+            explorer.make_bounds(bounds_cls, v, overrides, component=comp.name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    label, cls = load_target(comp.name, args.target)
+    deadline = None if args.time_limit is None else time.perf_counter() + args.time_limit
+    try:
+        with status_line(f"explore {comp.name}", not args.json) as line:
+
+            def update(v: str, states: int, edges: int, depth: int) -> None:
+                line(
+                    f"explore {comp.name}" + (f" [{v}]" if v else ""),
+                    f"{states:,} states, {edges:,} edges, depth {depth}",
+                )
+
+            result = explore_component(
+                comp,
+                cls,
+                label,
+                variants=chosen,
+                overrides=overrides,
+                depth=args.depth,
+                max_states=args.max_states,
+                deadline=deadline,
+                progress=update,
+                save_dir=TRACE_DIR,
+            )
+    except explorer.ExplorerUnsupported as exc:
+        raise UsageError(str(exc)) from None
+    document = result.to_json()
+    if args.json:
+        emit(document, True)
+    else:
+        _print(document)
+    return 0 if result.passed else 1
+
+
+def _print(document: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"explore {document['component']} vs {document['target']}")
+    for column in ("variant", "states", "edges", "depth", "seconds", "states/s", "complete"):
+        table.add_column(column, justify="right")
+    for r in document["runs"]:
+        table.add_row(
+            r["variant"] or "-",
+            f"{r['distinct_states']:,}",
+            f"{r['edges']:,}",
+            str(r["max_depth"]),
+            f"{r['seconds']:.1f}",
+            f"{r['states_per_second']:,}",
+            "yes" if r["complete"] else "no",
+        )
+    OUT.print(table)
+    bounds = ", ".join(f"{k}={v}" for k, v in document["bounds"].items())
+    OUT.print(f"bounds: {bounds}")
+    for r in document["runs"]:
+        OUT.print(f"{r['variant'] or document['component']}: {r['message']}")
+    for v in document["violations"]:
+        cx = {
+            "check": v["check"],
+            "detail": v["detail"],
+            "steps": v["steps"],
+            "trace_file": v["trace_file"],
+        }
+        print_counterexample(cx)
+        OUT.print(f"replay with the component checker: {v['replay']}")
+    verdict = "[green]holds[/]" if not document["violations"] else "[red]VIOLATION[/]"
+    OUT.print(
+        f"explore {document['component']} vs {document['target']}: {verdict} — "
+        f"{document['distinct_states']:,} states, {document['edges']:,} edges in "
+        f"{document['seconds']:.1f}s ({document['states_per_second']:,} states/s)"
+        + ("" if document["complete"] or document["violations"] else " — INCOMPLETE")
+    )
+
+
+def verify_stage(quick: bool = False) -> tuple[str, str]:
+    """``kvspec verify``'s explorer stage: impl against spec, every component at its small
+    verify scope explored completely (a few seconds). Returns ``(status, summary)``."""
+    parts: list[str] = []
+    for comp in components.all_components():
+        if comp.explorer is None:
+            continue
+        label, cls = load_target(comp.name, "impl")
+        result = explore_component(
+            comp, cls, label, overrides=comp.explorer.verify_scope, max_states=200_000
+        )
+        doc = result.to_json()
+        if not result.passed:
+            v = doc["violations"][0]
+            return "fail", f"{comp.name}: {v['check']} after {v['depth']} calls: {v['detail']}"
+        if not doc["complete"]:
+            return (
+                "fail",
+                f"{comp.name}: the small scope did not complete ({doc['runs'][-1]['message']})",
+            )
+        parts.append(f"{comp.name} {doc['distinct_states']:,}")
+    return "pass", "complete, no violation; states: " + ", ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kvspec.exploration COMPONENT …`` (the same as ``kvspec explore``)."""
+    parser = argparse.ArgumentParser(prog="kvspec")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["explore", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        code: int = args.func(args)
+    except (TargetError, UsageError, ComponentError) as exc:
+        return could_not_run(exc)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

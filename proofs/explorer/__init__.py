@@ -1,0 +1,84 @@
+"""Exhaustive small-scope explorer: breadth-first search over every operation sequence of a spec.
+
+Layer 3 of kvspec's checking layers ("TLC for KV caches"). From the spec's initial state, every operation
+of a component's alphabet, with every argument of a bounded domain, is applied to a copy of every
+reached state — and, in lockstep, to a copy of the paired *target* object (impl by default, or any
+``--target``). Every edge compares what :class:`stateful_tests.lockstep.Lockstep` compares (return
+value, exception kind, in-place mutation of list arguments, snapshot, ``atomic_failure``), with
+Lockstep's own functions, and every reached state is checked against every invariant, under the
+names of ``spec/invariants.py``.
+
+The modules:
+
+* :mod:`~proofs.explorer.search` — the engine: :class:`Edge`, :class:`Model` (one subclass per
+  component), :func:`explore` (shortest counterexamples, state fingerprints, bounds), :func:`rebuild`.
+* :mod:`~proofs.explorer.set_clone` — exact clones: CPython set tables copied verbatim
+  (:func:`clone_set`, :func:`clone`), self-tested before a search (:class:`ExplorerUnsupported`).
+* :mod:`~proofs.explorer.model_block_manager`, :mod:`~proofs.explorer.model_scheduler`,
+  :mod:`~proofs.explorer.model_offload` — the component models and their bounds.
+* :mod:`~proofs.explorer.entry` — what the commands call with a component's parts from the
+  registry: :func:`make_bounds`, :func:`run` (one search per variant), :class:`Exploration`.
+
+Every name is re-exported here: ``from proofs.explorer import X`` is the public way in.
+"""
+
+from __future__ import annotations
+
+from proofs.explorer.entry import Exploration, bound_names, make_bounds, run
+from proofs.explorer.model_block_manager import (
+    PIN,
+    REQUEST,
+    BlockManagerBounds,
+    BlockManagerModel,
+    Holder,
+)
+from proofs.explorer.model_offload import OffloadBounds, OffloadModel
+from proofs.explorer.model_scheduler import SchedulerBounds, SchedulerModel
+from proofs.explorer.search import (
+    Edge,
+    ExploreResult,
+    Model,
+    Progress,
+    Violation,
+    explore,
+    rebuild,
+    rejected,
+)
+from proofs.explorer.set_clone import (
+    ExplorerUnsupported,
+    clone,
+    clone_set,
+    cloner_ready,
+    set_layout,
+)
+from stateful_tests.lockstep import Check
+
+__all__ = [
+    "PIN",
+    "REQUEST",
+    "BlockManagerBounds",
+    "BlockManagerModel",
+    "Check",
+    "Edge",
+    "Exploration",
+    "ExploreResult",
+    "ExplorerUnsupported",
+    "Holder",
+    "Model",
+    "OffloadBounds",
+    "OffloadModel",
+    "Progress",
+    "SchedulerBounds",
+    "SchedulerModel",
+    "Violation",
+    "bound_names",
+    "clone",
+    "clone_set",
+    "cloner_ready",
+    "explore",
+    "make_bounds",
+    "rebuild",
+    "rejected",
+    "run",
+    "set_layout",
+]

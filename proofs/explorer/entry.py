@@ -1,0 +1,134 @@
+"""The explorer's entry points: bounds from overrides, one search per variant.
+
+What ``kvspec explore``, ``kvspec mutants`` (the explorer column) and ``kvspec verify`` call, with
+the component's parts taken from the registry (``kvspec.components``): its model class, its bounds
+class and its variants. :func:`make_bounds` turns command-line overrides into a validated bounds
+object; :func:`run` explores one component against one target, one breadth-first search per
+variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proofs.explorer.search import ExploreResult, explore
+
+
+def bound_names(bounds_cls: type) -> tuple[str, ...]:
+    """The bounds a command line may set (every field but ``variant``)."""
+    return tuple(f.name for f in dataclasses.fields(bounds_cls) if f.name != "variant")
+
+
+def make_bounds(
+    bounds_cls: type, variant: str, overrides: Mapping[str, Any], *, component: str
+) -> Any:
+    """The default small scope of ``bounds_cls`` with ``overrides`` and ``variant`` (if it has a
+    ``variant`` field), validated: ``ValueError`` if a bound is out of range or not one of this
+    component's. A bounds class may adjust defaults in a ``create(**values)`` class method."""
+    names = {f.name for f in dataclasses.fields(bounds_cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(
+            f"{', '.join('--' + u.replace('_', '-') for u in unknown)} does not apply to "
+            f"{component}"
+        )
+    values = dict(overrides)
+    if "variant" in names:
+        values["variant"] = variant
+    create = getattr(bounds_cls, "create", bounds_cls)
+    bounds = create(**values)
+    bounds.validate()
+    return bounds
+
+
+@dataclass
+class Exploration:
+    """One ``kvspec explore`` run: one search per variant (the CLI's JSON document)."""
+
+    component: str
+    target: str
+    runs: list[tuple[str, ExploreResult]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for _, r in self.runs)
+
+    def to_json(self) -> dict[str, Any]:
+        results = [r for _, r in self.runs]
+        seconds = sum(r.seconds for r in results)
+        states = sum(r.distinct_states for r in results)
+        bounds = dict(results[0].bounds) if results else {}
+        if "variant" in bounds:
+            del bounds["variant"]
+            bounds["variants"] = [v for v, _ in self.runs]
+        violations = [
+            {"variant": v or None, **x.to_json()} for v, r in self.runs for x in r.violations
+        ]
+        return {
+            "component": self.component,
+            "target": self.target,
+            "bounds": bounds,
+            "distinct_states": states,
+            "distinct_snapshots": sum(r.distinct_snapshots for r in results),
+            "edges": sum(r.edges for r in results),
+            "max_depth": max((r.max_depth for r in results), default=0),
+            "seconds": round(seconds, 3),
+            "states_per_second": round(states / seconds) if seconds > 0 else 0,
+            "complete": bool(results) and all(r.complete for r in results),
+            "violations": violations,
+            "runs": [{"variant": v or None, **r.to_json()} for v, r in self.runs],
+        }
+
+
+def run(
+    component: str,
+    model_cls: Callable[..., Any],
+    bounds_cls: type,
+    target_cls: Callable[..., Any],
+    target: str,
+    *,
+    variants: Sequence[str],
+    overrides: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    depth: int | None = None,
+    max_states: int | None = 1_000_000,
+    deadline: float | None = None,
+    progress: Callable[[str, int, int, int], None] | None = None,
+    save_dir: Path | None = None,
+) -> Exploration:
+    """Explore ``component`` against ``target_cls`` once per variant of ``variants`` (``[""]`` for
+    a component without variants), stopping after the first variant that fails. The models are
+    built (and their bounds validated) before the first search starts."""
+    out = Exploration(component, target)
+    models = [
+        (
+            v,
+            model_cls(
+                component,
+                target_cls,
+                target,
+                make_bounds(bounds_cls, v, overrides or {}, component=component),
+                options,
+            ),
+        )
+        for v in variants
+    ]
+    for v, model in models:
+        report = None if progress is None else (lambda s, e, d, v=v: progress(v, s, e, d))
+        result = explore(
+            model,
+            depth=depth,
+            max_states=max_states,
+            deadline=deadline,
+            progress=report,
+            save_dir=save_dir,
+        )
+        out.runs.append((v, result))
+        if not result.passed or (deadline is not None and time.perf_counter() > deadline):
+            break
+    return out

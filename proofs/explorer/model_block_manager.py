@@ -1,0 +1,426 @@
+"""The InfiniLM block-manager model of the explorer.
+
+The alphabet mirrors ``stateful_tests.infinilm_block_manager.Driver``: capacity queries, frees,
+admissions with and without a pinned prefix, prefix lookups, publishes of every choice of page
+contents, decodes, drafts, truncations and the rejected-input alphabet. The generator-side model
+is the tuple of live holders (request tables and standalone prefix pins); the state key adds the
+hash tables of the spec's and the target's sets (:func:`_bm_tables`), since eviction order is the
+used set's iteration order. The target's hidden ``get_total_usable_blocks`` counter is checked on
+every edge (``referenced_count_matches_live_pages``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.set_clone import clone, clone_set, set_layout
+from spec import invariants as inv
+from spec.infinilm.block_manager import BlockManager as SpecBlockManager
+from spec.infinilm.snapshot import read_block_manager
+from stateful_tests import infinilm_block_manager as bm
+from stateful_tests.lockstep import Check, Outcome
+
+
+@dataclass(frozen=True)
+class BlockManagerBounds:
+    """The small scope of the block-manager explorer.
+
+    ``pages`` pages of ``block_size`` tokens (a small scope: at most 8); tokens
+    from ``0..vocab-1``; at most ``tables`` live holders (request tables and standalone prefix
+    pins); a request holds at most ``tokens`` tokens (prompt, decode and draft slots together).
+    ``bad_inputs``: the rejected-input alphabet; ``queries``: capacity queries and slot rebuilds.
+    """
+
+    pages: int = 3
+    block_size: int = 2
+    vocab: int = 1
+    tables: int = 2
+    tokens: int = 3
+    bad_inputs: bool = True
+    queries: bool = True
+
+    HELP: ClassVar[dict[str, str]] = {
+        "pages": "pages in the pool (at most 8)",
+        "block_size": "tokens per page",
+        "vocab": "prompt token alphabet size",
+        "tables": "live request tables and prefix pins at once",
+        "tokens": "tokens a request holds at most (prompt, decode, drafts)",
+        "bad_inputs": "the rejected-input alphabet",
+        "queries": "capacity queries and slot rebuilds",
+    }
+
+    def validate(self) -> None:
+        for name, lo, hi in (
+            ("pages", 1, 8),
+            ("block_size", 1, 8),
+            ("vocab", 1, 8),
+            ("tables", 1, 8),
+            ("tokens", 1, 64),
+        ):
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+
+
+def _table(x: Any) -> Any:
+    return set_layout(x) if type(x) is set else tuple(x)
+
+
+def _bm_tables(bm: Any) -> tuple[Any, ...]:
+    """The hash tables of a block manager's sets (used pages, each prefix-index entry)."""
+    index = bm.hash_to_block_ids
+    return (_table(bm.used_block_ids), *(_table(index[h]) for h in sorted(index)))
+
+
+_BM_ATTRIBUTES = frozenset(
+    {
+        "num_blocks",
+        "block_size",
+        "blocks",
+        "free_block_ids",
+        "used_block_ids",
+        "hash_to_block_ids",
+        "num_referenced",
+    }
+)
+
+
+def _block_manager_cloner(cls: type) -> Any:
+    """An exact clone for kvspec's own block managers and their method-only subclasses (the
+    mutants): the generic :func:`clone`, unrolled. ``False`` for any other class."""
+    from impl.infinilm import block_manager as impl_bm
+    from spec.infinilm import block_manager as spec_bm
+
+    if not issubclass(cls, spec_bm.BlockManager | impl_bm.BlockManager):
+        return False
+    new = object.__new__
+    spec_block, impl_block = spec_bm.Block, impl_bm.Block
+
+    def fast(bm: Any) -> Any:
+        state = bm.__dict__.copy()
+        blocks = []
+        for b in bm.blocks:
+            c: Any
+            if type(b) is impl_block:
+                c = new(impl_block)
+                c.block_id, c.ref_count, c.hash = b.block_id, b.ref_count, b.hash
+            elif type(b) is spec_block:
+                c = new(spec_block)
+                c.__dict__.update(b.__dict__)
+            else:
+                return clone(bm)
+            blocks.append(c)
+        state["blocks"] = blocks
+        state["free_block_ids"] = bm.free_block_ids.copy()
+        state["used_block_ids"] = clone_set(bm.used_block_ids)
+        state["hash_to_block_ids"] = {h: clone_set(v) for h, v in bm.hash_to_block_ids.items()}
+        copied = new(cls)
+        copied.__dict__.update(state)
+        return copied
+
+    return fast
+
+
+REQUEST, PIN = 0, 1
+Holder = tuple[int, tuple[int, ...], int, tuple[int, ...]]  # (kind, table, tokens, published toks)
+# A request's published pages are always its leading pages, so the tokens of the published prefix
+# (``len == indexed * B``) are all a holder needs: page contents are chosen when pages are
+# published (every choice is explored), not when a request is admitted.
+
+
+def _with(gen: tuple[Holder, ...], old: Holder | None, new: Holder | None) -> tuple[Holder, ...]:
+    holders = list(gen)
+    if old is not None:
+        holders.remove(old)
+    if new is not None:
+        holders.append(new)
+    return tuple(sorted(holders))
+
+
+class BlockManagerModel(Model):
+    """The block-manager alphabet (mirrors ``stateful_tests.infinilm_block_manager.Driver``)."""
+
+    def __init__(
+        self,
+        component: str,
+        target_cls: Callable[..., Any],
+        target: str,
+        bounds: BlockManagerBounds,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(component, target_cls, target, bounds, options)
+        self.checker = bm.CHECKER
+        self.spec_cls = SpecBlockManager
+        self.reader = read_block_manager
+        self.snapshot_checks = bm.SNAPSHOT_CHECKS
+        self.state_invariants = inv.STATE_INVARIANTS
+        self._validate_first = bm.validate_first
+        self.contents = list(itertools.product(range(bounds.vocab), repeat=bounds.block_size))
+        self._hashes: dict[tuple[int, ...], tuple[bytes, ...]] = {(): ()}
+        self._fast: dict[type, Any] = {}
+
+    def initial(self) -> tuple[Any, Any, Any]:
+        b = self.b
+        return self.spec_cls(b.pages, b.block_size), self.target_cls(b.pages, b.block_size), ()
+
+    def validate_first(self, method: str, exc: BaseException) -> bool:
+        return bool(self._validate_first(method, exc))
+
+    def trace_config(self) -> dict[str, Any]:
+        b = self.b
+        return {
+            "num_blocks": b.pages,
+            "block_size": b.block_size,
+            "vocab": b.vocab,
+            "max_prompt_pages": -(-b.tokens // b.block_size),
+        }
+
+    def holders(self, gen: tuple[Holder, ...]) -> list[list[int]]:
+        return [list(h[1]) for h in gen]
+
+    # ------------------------------------------------------------ hashes
+    def hashes(self, tokens: tuple[int, ...]) -> tuple[bytes, ...]:
+        """Chained hashes of the full pages of ``tokens`` (memoised)."""
+        found = self._hashes.get(tokens)
+        if found is None:
+            from spec.infinilm.prefix_cache import hash_block_tokens
+
+            size = self.b.block_size
+            head = self.hashes(tokens[:-size])
+            found = (*head, hash_block_tokens(tokens[-size:], head[-1] if head else b""))
+            self._hashes[tokens] = found
+        return found
+
+    def indexed_chains(self, index: set[bytes]) -> list[tuple[int, ...]]:
+        """Token prefixes whose every page hash is indexed (breadth-first, lexicographic)."""
+        chains: list[tuple[int, ...]] = []
+        layer: list[tuple[int, ...]] = [()]
+        while layer and len(layer[0]) // self.b.block_size < self.b.pages:
+            nxt = []
+            for t in layer:
+                for c in self.contents:
+                    if self.hashes(t + c)[-1] in index:
+                        nxt.append(t + c)
+            chains += nxt
+            layer = nxt
+        return chains
+
+    # ------------------------------------------------------------ the alphabet
+    def edges(self, snap: Any, gen: tuple[Holder, ...], spec: Callable[[], Any]) -> list[Edge]:
+        b = self.b
+        n, size = b.pages, b.block_size
+        out: list[Edge] = []
+        add = out.append
+        room = len(gen) < b.tables
+        distinct = sorted(set(gen))
+        if b.queries:
+            add(Edge("get_num_free_blocks", (), readonly=True))
+            add(Edge("get_total_usable_blocks", (), readonly=True))
+            for k in range(n + 2):
+                add(Edge("can_allocate", (k,), readonly=True))
+        for k in range(n + 2):
+            add(Edge("try_free_blocks", (k,)))
+        if room:  # admit a request without prefix lookup (some tokens remote-computed)
+            for length in range(1, b.tokens + 1):
+                for computed in range(length):
+                    add(
+                        Edge(
+                            "allocate_slots",
+                            (length - computed, computed),
+                            self._admit(gen, None, length, ()),
+                        )
+                    )
+        index = {h for h, _ in snap.hash_to_block_ids}
+        for chain in self.indexed_chains(index) if index else ():
+            hashes = list(self.hashes(chain))
+            for cap in (len(hashes) * size - 1, len(hashes) * size):  # the P-1 cap, and none
+                pages = cap // size
+                if pages == 0:
+                    add(Edge("get_computed_blocks", (hashes, cap), readonly=True))
+                elif room:
+                    add(Edge("get_computed_blocks", (hashes, cap), self._pin(gen, chain)))
+        miss = next((c for c in self.contents if self.hashes(c)[0] not in index), None)
+        if miss is not None:
+            add(Edge("get_computed_blocks", (list(self.hashes(miss)), size), readonly=True))
+        for h in distinct:  # the scheduler's admission: allocate behind a pinned prefix
+            if h[0] != PIN:
+                continue
+            table, hit = list(h[1]), len(h[1]) * size
+            for length in range(hit + 1, b.tokens + 1):
+                for computed in range(hit, length):
+                    add(
+                        Edge(
+                            "allocate_slots",
+                            (length - computed, computed, table),
+                            self._admit(gen, h, length, h[3]),
+                        )
+                    )
+            if b.bad_inputs:
+                add(rejected("allocate_slots", (1, hit - 1, table)))
+        for h in distinct:
+            if h[0] == REQUEST:
+                self._request_edges(h, gen, add)
+        for h in distinct:
+            add(Edge("free_blocks", (list(h[1]),), self._release(gen, h)))
+        if b.bad_inputs:
+            for page in range(n):
+                if snap.ref_counts[page] == 0:
+                    add(rejected("free_blocks", ([page],)))  # double release
+            add(rejected("free_blocks", ([n],)))
+            add(rejected("free_blocks", ([-1],)))
+            add(rejected("allocate_slots", (-1, 0)))
+            add(rejected("allocate_slots", (1, -1)))
+            add(rejected("try_free_blocks", (-1,)))
+            add(rejected("can_allocate", (-1,)))
+            add(rejected("publish_computed_blocks", ([n], [b"\x01" * 16], 0, size)))
+            if snap.free_block_ids:  # publishing a page nobody holds
+                free_page = snap.free_block_ids[0]
+                add(rejected("publish_computed_blocks", ([free_page], [b"\x01" * 16], 0, size)))
+        return out
+
+    def _request_edges(
+        self, h: Holder, gen: tuple[Holder, ...], add: Callable[[Edge], None]
+    ) -> None:
+        b = self.b
+        size, n = b.block_size, b.pages
+        _, table_t, length, chain = h
+        table = list(table_t)
+        indexed = len(chain) // size
+        end = min(length // size, len(table))
+        for stop in range(indexed + 1, end + 1):  # publish every choice of page contents
+            for combo in itertools.product(self.contents, repeat=stop - indexed):
+                tokens = chain + tuple(itertools.chain.from_iterable(combo))
+                add(
+                    Edge(
+                        "publish_computed_blocks",
+                        (table, list(self.hashes(tokens)), indexed, stop * size),
+                        self._replace(gen, h, (REQUEST, table_t, length, tokens)),
+                    )
+                )
+        decodable = len(table) == -(-length // size)
+        if decodable and length < b.tokens:
+            add(Edge("append_slot", (table, length + 1), self._decode(gen, h)))
+        if decodable:
+            for drafts in range(1, b.tokens - length + 1):
+                add(Edge("append_slots", (table, length + 1, drafts), self._drafts(gen, h)))
+        for keep in range(1, len(table) * size + 1):
+            add(Edge("truncate_blocks", (table, keep), self._truncate(gen, h, keep)))
+        if b.queries:
+            add(Edge("update_blocks_slot", (table, 0, length), readonly=True))
+            if length > 1:
+                add(Edge("update_blocks_slot", (table, length - 1, length), readonly=True))
+        if b.bad_inputs:
+            capacity = len(table) * size
+            if indexed > 0:  # re-publishing from block 0
+                add(
+                    rejected(
+                        "publish_computed_blocks",
+                        (table, list(self.hashes(chain)), 0, indexed * size),
+                    )
+                )
+            add(rejected("truncate_blocks", (table, 0)))
+            add(rejected("truncate_blocks", (table, capacity + 1)))
+            add(rejected("truncate_blocks", ([*table, table[-1]], capacity)))
+            add(rejected("truncate_blocks", ([*table, n], capacity)))
+            add(rejected("append_slot", (table, 0)))
+            add(rejected("append_slots", (table, 1, -1)))
+            start = length + 1 + size
+            if (start + size - 2) // size != len(table):
+                add(rejected("append_slots", (table, start, 1)))
+            add(rejected("update_blocks_slot", (table, 0, capacity + 1)))
+            add(
+                rejected(
+                    "publish_computed_blocks",
+                    ([table[-1], table[-1]], [b"\x01" * 16, b"\x02" * 16], 0, 2 * size),
+                )
+            )
+
+    # ------------------------------------------------------------ model updates
+    def _admit(
+        self, gen: tuple[Holder, ...], pin: Holder | None, length: int, chain: tuple[int, ...]
+    ) -> Callable[[Any], Any]:
+        def then(returned: Any) -> Any:
+            if returned is None:  # no pages: a pin stays pinned (released later by free_blocks)
+                return gen
+            return _with(gen, pin, (REQUEST, tuple(returned[0]), length, chain))
+
+        return then
+
+    def _pin(self, gen: tuple[Holder, ...], chain: tuple[int, ...]) -> Callable[[Any], Any]:
+        size = self.b.block_size
+
+        def then(returned: Any) -> Any:
+            table = tuple(returned[0])
+            if not table:
+                return gen
+            return _with(gen, None, (PIN, table, len(table) * size, chain[: len(table) * size]))
+
+        return then
+
+    def _replace(self, gen: tuple[Holder, ...], old: Holder, new: Holder) -> Callable[[Any], Any]:
+        return lambda returned: _with(gen, old, new)
+
+    def _release(self, gen: tuple[Holder, ...], old: Holder) -> Callable[[Any], Any]:
+        return lambda returned: _with(gen, old, None)
+
+    def _decode(self, gen: tuple[Holder, ...], h: Holder) -> Callable[[Any], Any]:
+        return lambda returned: _with(gen, h, (REQUEST, tuple(returned[0]), h[2] + 1, h[3]))
+
+    def _drafts(self, gen: tuple[Holder, ...], h: Holder) -> Callable[[Any], Any]:
+        return lambda returned: _with(gen, h, (REQUEST, tuple(returned[0]), h[2], h[3]))
+
+    def _truncate(self, gen: tuple[Holder, ...], h: Holder, keep: int) -> Callable[[Any], Any]:
+        size = self.b.block_size
+
+        def then(returned: Any) -> Any:
+            table = tuple(returned)
+            chain = h[3][: min(len(h[3]) // size, len(table)) * size]
+            return _with(gen, h, (REQUEST, table, keep, chain))
+
+        return then
+
+    def clone(self, obj: Any) -> Any:
+        fast = self._fast.get(type(obj))
+        if fast is None:
+            fast = self._fast[type(obj)] = _block_manager_cloner(type(obj))
+        if fast is not False and obj.__dict__.keys() <= _BM_ATTRIBUTES:
+            return fast(obj)
+        return clone(obj)
+
+    def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
+        # the sets' tables decide future eviction order and pinned copies; the target's too (a
+        # target whose tables differ from the spec's is explored separately: sound, not wasteful
+        # for a correct target, whose tables are the spec's)
+        return (snap, gen, _bm_tables(spec), _bm_tables(target))
+
+    # ------------------------------------------------------------ ledger checks
+    def edge_checks(
+        self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
+    ) -> Check | None:
+        # The target's hidden usable counter, on every edge (the spec state may have been seen
+        # before, with another target). The ledger half of the invariant depends on the state
+        # only: it is checked once per state, in state_checks, under the same name.
+        usable = target.get_total_usable_blocks()
+        if usable != snap.num_blocks - sum(1 for r in snap.ref_counts if r > 0):
+            problem = inv.referenced_count_matches_live_pages(snap, usable)
+            return "referenced_count_matches_live_pages", str(problem)
+        return None
+
+    def state_checks(self, snap: Any, gen: Any, spec: Any, target: Any) -> Check | None:
+        tables = [h[1] for h in gen]
+        usable = snap.num_blocks - sum(1 for r in snap.ref_counts if r > 0)
+        problem = inv.referenced_count_matches_live_pages(snap, usable, tables)
+        if problem:
+            return "referenced_count_matches_live_pages", problem
+        problem = inv.no_live_eviction(snap, tables)
+        if problem:
+            return "no_live_eviction", problem
+        if not gen:
+            problem = inv.no_leak_at_quiescence(snap)
+            if problem:
+                return "no_leak_at_quiescence", problem
+        return None

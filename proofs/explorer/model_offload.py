@@ -1,0 +1,282 @@
+"""The vLLM CPU offload model of the explorer (either cache policy).
+
+A ``CPUOffloadingManager`` with the component's cache policy (its ``policy`` option) in one
+variant, driven through the offload checker's :class:`~stateful_tests.vllm_offload.ManagerHarness`
+(its traces use the offload checker's harness calls and config). Keys are opaque to every policy,
+so with ``symmetry`` states equal up to a renaming of keys are explored once (:func:`_relabel`).
+The target's hidden ``_num_evictable_cache_blocks`` counter is checked on every edge
+(``evictable_counter_matches_scan``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.set_clone import clone
+from spec import invariants as inv
+from spec.vllm.offload_manager import CPUOffloadingManager, read_offload_manager
+from stateful_tests import vllm_offload
+from stateful_tests.lockstep import Check, Outcome
+from stateful_tests.vllm_offload import Config as OffloadConfig
+from stateful_tests.vllm_offload import ManagerHarness
+
+
+@dataclass(frozen=True)
+class OffloadBounds:
+    """The small scope of the offload explorer: a ``CPUOffloadingManager`` of ``capacity`` blocks
+    with the component's policy in ``variant``, keys ``0..keys-1``; ``prepare_store`` of up to
+    ``store_width`` distinct keys, ``touch`` of up to ``touch_width``; at most ``max_loads``
+    concurrent loads per block. ``symmetry``: keys are opaque to every policy, so states equal up to
+    a renaming of keys are explored once (and fresh keys are taken in order)."""
+
+    variant: str = ""
+    capacity: int = 3
+    keys: int = 5
+    store_width: int = 2
+    touch_width: int = 2
+    max_loads: int = 1
+    bad_inputs: bool = True
+    symmetry: bool = True
+
+    HELP: ClassVar[dict[str, str]] = {
+        "capacity": "CPU blocks",
+        "keys": "key alphabet size",
+        "store_width": "keys per prepare_store",
+        "touch_width": "keys per touch",
+        "max_loads": "concurrent loads per block",
+        "bad_inputs": "the rejected-input alphabet",
+        "symmetry": "symmetry reduction (states equal up to a renaming of keys explored once)",
+    }
+
+    def validate(self) -> None:
+        for name, lo, hi in (
+            ("capacity", 1, 8),
+            ("keys", 1, 12),
+            ("store_width", 1, 6),
+            ("touch_width", 1, 6),
+            ("max_loads", 1, 4),
+        ):
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+
+
+def _relabel(snap: Any) -> tuple[Any, ...]:
+    """``snap`` with keys renamed by first appearance (lists front to back, then blocks by id):
+    equal for two states iff they are equal up to a renaming of keys."""
+    p = snap.policy
+    names: dict[Any, int] = {}
+    lists = (p.t1, p.t2, p.b1, p.b2) if hasattr(p, "t1") else (p.order,)
+    for seq in (*lists, [k for _, k, _ in p.blocks]):
+        for k in seq:
+            if k not in names:
+                names[k] = len(names)
+    policy = (
+        tuple((b, names[k], r) for b, k, r in p.blocks),
+        tuple(tuple(names[k] for k in seq) for seq in lists),
+        getattr(p, "target_t1_size", None),
+    )
+    return (snap.num_allocated_blocks, snap.free_list, policy)
+
+
+_MANAGER_ATTRIBUTES = frozenset(
+    {
+        "_free_list",
+        "_num_allocated_blocks",
+        "_num_blocks",
+        "_num_evictable_cache_blocks",
+        "_policy",
+        "counts",
+        "events",
+        "max_tracker_size",
+        "medium",
+        "store_threshold",
+        "stores_skipped_in_current_batch",
+    }
+)
+_POLICY_BLOCKS = ("t1", "t2", "blocks")  # key -> BlockStatus (each block in exactly one)
+_POLICY_KEYS = ("b1", "b2", "evictable_blocks", "counts")  # key -> None / int
+_POLICY_ATTRIBUTES = frozenset(
+    {*_POLICY_BLOCKS, *_POLICY_KEYS, "cache_capacity", "t1_fallback", "target_t1_size"}
+    | {"variant", "_v2"}
+)
+
+
+def _clone_offload(h: ManagerHarness) -> ManagerHarness:
+    """An exact clone of a harness around kvspec's own offload managers and policies: the generic
+    :func:`clone`, unrolled (any other shape goes through :func:`clone`)."""
+    from spec.vllm import BlockStatus
+
+    m = h.m
+    policy = getattr(m, "_policy", None)
+    if (
+        type(h) is not ManagerHarness
+        or not hasattr(m, "__dict__")
+        or not m.__dict__.keys() <= _MANAGER_ATTRIBUTES
+        or not hasattr(policy, "__dict__")
+        or not policy.__dict__.keys() <= _POLICY_ATTRIBUTES
+        or m.events
+    ):
+        return clone(h)  # type: ignore[no-any-return]
+    new = object.__new__
+    pstate = policy.__dict__.copy()
+    for name in _POLICY_BLOCKS:
+        entries = pstate.get(name)
+        if entries is not None:
+            copied: OrderedDict[Any, Any] = OrderedDict()
+            for k, b in entries.items():
+                if type(b) is not BlockStatus:
+                    return clone(h)  # type: ignore[no-any-return]
+                c = new(BlockStatus)
+                c.block_id, c.ref_cnt = b.block_id, b.ref_cnt
+                copied[k] = c
+            pstate[name] = copied
+    for name in _POLICY_KEYS:
+        if pstate.get(name) is not None:
+            pstate[name] = pstate[name].copy()
+    state = m.__dict__.copy()
+    state["_free_list"] = m._free_list.copy()
+    if state.get("counts") is not None:
+        state["counts"] = state["counts"].copy()
+    if state.get("events") is not None:
+        state["events"] = []
+    state["_policy"] = new(type(policy))
+    state["_policy"].__dict__.update(pstate)
+    manager = new(type(m))
+    manager.__dict__.update(state)
+    harness = new(ManagerHarness)
+    harness.m = manager
+    return harness
+
+
+class OffloadModel(Model):
+    """The offload manager alphabet for one policy variant (ARC or LRU)."""
+
+    def clone(self, obj: Any) -> Any:
+        return _clone_offload(obj)
+
+    def __init__(
+        self,
+        component: str,
+        target_cls: Callable[..., Any],
+        target: str,
+        bounds: OffloadBounds,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(component, target_cls, target, bounds, options)
+        self.checker = vllm_offload.CHECKER
+        self.spec_cls = CPUOffloadingManager
+        self.reader = lambda h: read_offload_manager(h.m)
+        self.snapshot_checks = vllm_offload.SNAPSHOT_CHECKS
+        self.state_invariants = vllm_offload.state_invariants(bounds.variant)
+        self.config = OffloadConfig(
+            policy=self.options["policy"],
+            variant=bounds.variant,
+            num_blocks=bounds.capacity,
+            num_keys=bounds.keys,
+            enable_events=False,
+            store_threshold=1,
+            max_tracker_size=8,
+        )
+
+    def initial(self) -> tuple[Any, Any, Any]:
+        return (
+            ManagerHarness(self.spec_cls, self.config),
+            ManagerHarness(self.target_cls, self.config),
+            (),
+        )
+
+    def validate_first(self, method: str, exc: BaseException) -> bool:
+        return True  # every raising manager call validates first
+
+    def trace_config(self) -> dict[str, Any]:
+        return self.config.to_json()
+
+    def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
+        return _relabel(snap) if self.b.symmetry else snap
+
+    def observable(self, snap: Any, gen: Any) -> Hashable:
+        return self.key(snap, gen, None, None)
+
+    def edges(self, snap: Any, gen: Any, spec: Callable[[], Any]) -> list[Edge]:
+        b = self.b
+        p = snap.policy
+        refs = {k: r for _, k, r in p.blocks}
+        ghosts = [*getattr(p, "b1", ()), *getattr(p, "b2", ())]
+        known = sorted({*refs, *ghosts})
+        unknown = [k for k in range(b.keys) if k not in refs and k not in ghosts]
+        fresh = unknown[: b.store_width] if b.symmetry else unknown
+        out: list[Edge] = []
+        add = out.append
+        for k in known + unknown[:1]:
+            add(Edge("lookup", (k,), readonly=True))
+        for width in range(1, b.touch_width + 1):  # unknown keys are no-ops: one representative
+            for keys in itertools.permutations(known, width):
+                add(Edge("touch", (list(keys),)))
+        if unknown:
+            add(Edge("touch", ([unknown[0]],), readonly=True))
+        for width in range(1, b.store_width + 1):
+            for keys in itertools.permutations(known + fresh, width):
+                used = [k for k in keys if k in fresh]
+                if b.symmetry and used != fresh[: len(used)]:
+                    continue  # fresh keys are interchangeable: take them in order
+                add(Edge("prepare_store", (list(keys),)))
+        pending = [k for k in known if refs.get(k, 0) < 0]
+        for k in pending:
+            add(Edge("complete_store", ([k], True)))
+            add(Edge("complete_store", ([k], False)))
+        if len(pending) > 1:
+            add(Edge("complete_store", (pending, True)))
+        for k in known:
+            if 0 <= refs.get(k, -1) < b.max_loads:
+                add(Edge("prepare_load", ([k],)))
+        for k in known:
+            if refs.get(k, 0) > 0:
+                add(Edge("complete_load", ([k],)))
+        add(Edge("reset_cache", ()))
+        if b.bad_inputs:
+            absent = unknown[:1] or [k for k in ghosts[:1]]
+            for k in absent:
+                add(rejected("prepare_load", ([k],)))  # not cached
+                add(rejected("complete_load", ([k],)))
+                add(Edge("complete_store", ([k], True), readonly=True))  # skipped, not an error
+            for k in pending[:1]:
+                add(rejected("prepare_load", ([k],)))  # not ready
+                add(rejected("complete_load", ([k],)))
+            for k in [k for k in known if refs.get(k) == 0][:1]:
+                add(rejected("complete_load", ([k],)))  # ref_cnt already 0
+            first = (known + unknown)[0]
+            add(rejected("prepare_store", ([first, first],)))  # repeated key
+        return out
+
+    def edge_checks(
+        self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
+    ) -> Check | None:
+        method, args = edge.method, edge.args
+        if method == "prepare_store" and spec_out.raised is None and spec_out.returned is None:
+            problem = inv.atomic_failure(before, snap)
+            if problem:
+                return "atomic_failure", f"prepare_store returned None: {problem}"
+        if method != "reset_cache":
+            protected = list(args[0]) if method == "prepare_store" else []
+            released = list(args[0]) if method == "complete_store" and not args[1] else []
+            problem = inv.offload_no_live_eviction(
+                before,
+                snap,
+                may_evict=method == "prepare_store",
+                protected=protected,
+                released=released,
+            )
+            if problem:
+                return "no_live_eviction", problem
+        counter = getattr(target.m, "_num_evictable_cache_blocks", None)
+        if isinstance(counter, int):
+            problem = inv.evictable_counter_matches_scan(snap, counter)
+            if problem:
+                return "evictable_counter_matches_scan", problem
+        return None

@@ -1,0 +1,260 @@
+"""The InfiniLM scheduler model of the explorer.
+
+Engine events (admissions, steps with every simulated model output, aborts, PD-connector events)
+over a spec harness and a target harness of ``stateful_tests.infinilm_scheduler`` (mirrors the
+scheduler Driver). The snapshot leaves out request bookkeeping the future depends on, so the
+state key adds it (:func:`_harness_extras`), with the hash tables of the schedulers' sets. The
+target harness's reservation and pending counters are checked on every edge
+(``check_harness``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from proofs.explorer.model_block_manager import _bm_tables, _table
+from proofs.explorer.search import Edge, Model
+from spec.infinilm.scheduler import Scheduler as SpecScheduler
+from stateful_tests import infinilm_scheduler as sched
+from stateful_tests.lockstep import Check, Outcome
+
+
+@dataclass(frozen=True)
+class SchedulerBounds:
+    """The small scope of the scheduler explorer (the engine-loop harness of
+    ``stateful_tests.infinilm_scheduler``): a pool of ``pages`` pages of ``block_size`` tokens,
+    batches of ``batch`` requests and ``budget`` tokens, at most ``requests`` requests over the
+    whole run, prompts of 1..``prompt_tokens`` tokens from ``0..vocab-1``, ``max_tokens`` in
+    1..``max_new``; a step's simulated output per scheduled request: EOS or not, the sampled token
+    from ``0..gen_vocab-1`` (and draft/accept counts with ``speculation``). ``connector``: a
+    scripted PD connector (external tokens none or all, async, delayed free) and its events.
+    ``soundness``: also fail when a decode step runs out of pages without draft tokens."""
+
+    variant: str = "legacy"
+    pages: int = 4
+    block_size: int = 2
+    batch: int = 2
+    budget: int = 8
+    requests: int = 3
+    prompt_tokens: int = 3
+    max_new: int = 2
+    vocab: int = 1
+    gen_vocab: int = 1
+    prefix_caching: bool = True
+    connector: bool = False
+    speculation: bool = False
+    soundness: bool = False
+
+    HELP: ClassVar[dict[str, str]] = {
+        "pages": "pages in the pool (at most 8)",
+        "block_size": "tokens per page",
+        "batch": "max batch size",
+        "budget": "max batched tokens",
+        "requests": "requests over the whole run (2 by default with --connector)",
+        "prompt_tokens": "longest prompt",
+        "max_new": "largest max_tokens",
+        "vocab": "prompt token alphabet size",
+        "gen_vocab": "sampled token alphabet size",
+        "prefix_caching": "prefix caching",
+        "connector": "a scripted PD connector and its events",
+        "speculation": "draft tokens in decode steps",
+        "soundness": "also fail when a decode step runs out of pages without draft tokens",
+    }
+
+    @classmethod
+    def create(cls, **values: Any) -> SchedulerBounds:
+        """The bounds with ``values``; with a PD connector, 2 requests unless given (the connector
+        multiplies every admission by 8 choices)."""
+        if values.get("connector"):
+            values.setdefault("requests", 2)
+        return cls(**values)
+
+    def validate(self) -> None:
+        for name, lo, hi in (
+            ("pages", 1, 8),
+            ("block_size", 1, 8),
+            ("batch", 1, 8),
+            ("budget", 1, 256),
+            ("requests", 1, 6),
+            ("prompt_tokens", 1, 16),
+            ("max_new", 1, 16),
+            ("vocab", 1, 4),
+            ("gen_vocab", 1, 4),
+        ):
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+
+
+_RIDS = tuple(sys.intern(f"r{i}") for i in range(8))  # interned: set tables hold their addresses
+
+
+class SchedulerModel(Model):
+    """Engine events over a spec harness and a target harness (mirrors the scheduler Driver)."""
+
+    def __init__(
+        self,
+        component: str,
+        target_cls: Callable[..., Any],
+        target: str,
+        bounds: SchedulerBounds,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(component, target_cls, target, bounds, options)
+        self.checker = sched.CHECKER
+        self.sched = sched
+        self.spec_cls = SpecScheduler
+        self.reader = lambda h: h.snapshot()
+        self.state_invariants = {"block_manager": sched.state_invariants}
+        self.config = sched.Config(
+            num_blocks=bounds.pages,
+            block_size=bounds.block_size,
+            max_batch_size=bounds.batch,
+            max_num_batched_tokens=bounds.budget,
+            prefix_caching=bounds.prefix_caching,
+            connector=bounds.connector,
+            mamba=False,
+            speculation=bounds.speculation,
+            reservation=bounds.variant,
+            vocab=bounds.vocab,
+        )
+        self.prompts = [
+            list(p)
+            for n in range(1, bounds.prompt_tokens + 1)
+            for p in itertools.product(range(bounds.vocab), repeat=n)
+        ]
+
+    def initial(self) -> tuple[Any, Any, Any]:
+        h = self.sched.EngineHarness
+        return h(self.spec_cls, self.config), h(self.target_cls, self.config), ()
+
+    def trace_config(self) -> dict[str, Any]:
+        return self.config.to_json()
+
+    def replay_options(self) -> dict[str, Any]:
+        return {**self.options, "soundness": self.b.soundness or None}
+
+    def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
+        return (snap, _harness_extras(spec), _harness_extras(target))
+
+    def observable(self, snap: Any, gen: Any) -> Hashable:
+        return snap  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------ the alphabet
+    def edges(self, snap: Any, gen: Any, spec: Callable[[], Any]) -> list[Edge]:
+        b = self.b
+        out: list[Edge] = []
+        add = out.append
+        statuses = {r[0]: r[1] for r in snap.requests}
+        live = [rid for rid, status in statuses.items() if status not in _TERMINAL_NAMES]
+        for rid in snap.waiting:
+            add(Edge("can_accept_request", (rid, 0), readonly=True))
+        for plan in self._plans(spec, live):
+            add(Edge("step", (plan,)))
+        if len(statuses) < b.requests:
+            rid = _RIDS[len(statuses)]
+            connector = (
+                [(e, a, d) for e in (0, -1) for a in (False, True) for d in (False, True)]
+                if b.connector
+                else [(0, False, False)]
+            )
+            for prompt in self.prompts:
+                for max_tokens in range(1, b.max_new + 1):
+                    for external, is_async, delay in connector:
+                        ext = len(prompt) if external < 0 else external
+                        add(
+                            Edge(
+                                "add_request",
+                                (rid, prompt, max_tokens, False, ext, is_async, delay),
+                            )
+                        )
+        for rid in live:
+            for status in ("CANCELED", "TIMEOUT"):
+                add(Edge("abort", (rid, status)))
+        if b.connector:
+            for events in self._connector_events(snap):
+                add(Edge("connector_events", events))
+        return out
+
+    def _plans(self, spec: Callable[[], Any], live: list[str]) -> list[list[list[Any]]]:
+        """Every simulated model output for the requests the spec would schedule now."""
+        b = self.b
+        probe = spec()
+        try:
+            out = probe.s.schedule()
+        except Exception:  # the step will raise before any output: one call covers it
+            return [[]]
+        if out is None:
+            return [[]]
+        rows_per_request = []
+        for req in out.scheduled_requests:
+            rows = []
+            for token in range(b.gen_vocab):
+                for eos in (False, True):
+                    drafts = range(3) if b.speculation and not out.is_prefill else range(1)
+                    for draft in drafts:
+                        for accept in range(draft + 1):
+                            rows.append([req.request_id, token, eos, draft, accept])
+            rows_per_request.append(rows)
+        return [list(rows) for rows in itertools.product(*rows_per_request)]
+
+    def _connector_events(self, snap: Any) -> list[tuple[Any, ...]]:
+        """Per remote-pending request: nothing, finished, failed, failed with its first page
+        invalid; per parked table: nothing, received, sent; plus events for an unknown id."""
+        tables = {r[0]: r[2] for r in snap.requests}
+        remote = list(snap.remote)
+        parked = [rid for rid, _ in snap.pending_free_blocks]
+        choices: list[list[tuple[str, str]]] = [
+            [(rid, c) for c in ("none", "finished", "failed", "invalid")] for rid in remote
+        ] + [[(rid, c) for c in ("none", "recv", "sent")] for rid in parked]
+        out: list[tuple[Any, ...]] = []
+        for combo in itertools.product(*choices):
+            finished = [rid for rid, c in combo if c in ("finished", "recv")]
+            failed = [rid for rid, c in combo if c in ("failed", "invalid")]
+            sent = [rid for rid, c in combo if c == "sent"]
+            invalid = [tables[rid][0] for rid, c in combo if c == "invalid" and tables[rid]]
+            if finished or failed or sent:
+                out.append((finished, sent, failed, invalid))
+        out.append(([], ["unknown-id"], [], []))
+        return out
+
+    # ------------------------------------------------------------ harness invariants
+    def edge_checks(
+        self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
+    ) -> Check | None:
+        return self.sched.check_harness(target, soundness=self.b.soundness)
+
+    def state_checks(self, snap: Any, gen: Any, spec: Any, target: Any) -> Check | None:
+        return self.sched.check_harness(spec, soundness=self.b.soundness)
+
+
+_TERMINAL_NAMES = frozenset({"FINISHED", "CANCELED", "TIMEOUT", "FAILED"})
+
+
+def _harness_extras(h: Any) -> tuple[Any, ...]:
+    """What the scheduler snapshot leaves out but the future depends on: each request's prompt,
+    max_tokens, multimodal flag and generated tokens, the connector's plan, requests lost to an
+    out-of-pages step, and the hash tables of the sets (eviction order, id sets)."""
+    s = h.s
+    requests = tuple(
+        (
+            rid,
+            tuple(r.prompt_token_ids),
+            r.sampling_params.max_tokens,
+            r.has_multimodal_inputs,
+            tuple(r._generated_token_ids),
+        )
+        for rid, r in sorted(h.requests.items())
+    )
+    plan = tuple(sorted(h.connector.plan.items())) if h.connector is not None else ()
+    bm = s.cache_manager
+    sets = (
+        _bm_tables(bm),
+        _table(s.finished_receiving_kv_req_ids),
+        _table(s.failed_receiving_kv_req_ids),
+    )
+    return (requests, plan, tuple(sorted(h.lost)), h.decode_oom_without_drafts, sets)

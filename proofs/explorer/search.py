@@ -1,0 +1,504 @@
+"""The search engine: breadth-first search over every call sequence, spec and target in lockstep.
+
+From the spec's initial state, every :class:`Edge` of a :class:`Model`'s alphabet is applied to a
+copy of every reached state — and, in lockstep, to a copy of the paired *target* object. Every
+edge is judged by :mod:`stateful_tests.lockstep`'s own comparisons (return value, exception kind,
+in-place mutation of list arguments, snapshot, ``atomic_failure``) and every reached state is
+checked against every invariant, under the names of ``spec/invariants.py``.
+
+* **States** are deduplicated by a canonical key (:meth:`Model.key`): the spec's snapshot, the
+  generator-side model the alphabet depends on and the hash tables of the spec's sets
+  (:mod:`proofs.explorer.set_clone`). The visited set stores 64-bit fingerprints of the keys, as
+  TLC does; objects are kept only for the frontier.
+* **The target is paired with the spec state** through which it was first reached. Its hidden
+  state (counters) is checked on *every* edge (:meth:`Model.edge_checks`), not only on new
+  states. Read-only calls (queries, rejected bad inputs) share one copy of each side per state; a
+  failure or a spec change on a shared copy is re-decided on a fresh one.
+* **Counterexamples are shortest**: BFS checks every edge of depth d before any of depth d+1. The
+  path is rebuilt from parent pointers (:func:`rebuild`), replayed by the component's own
+  checker, printed as a numbered step table and saved as a ``kvspec-trace/1`` document that
+  ``kvspec replay`` re-runs.
+* **Bounds**: ``max_states`` bounds memory, ``depth`` the path length and a deadline the time;
+  any of them stopping the search makes the result ``complete: false`` and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from proofs.explorer.set_clone import clone, cloner_ready
+from stateful_tests.lockstep import (
+    Check,
+    Divergence,
+    Outcome,
+    Step,
+    atomic_failure_check,
+    compare_outcomes,
+    compare_snapshots,
+    invoke,
+    save_trace,
+    trace_document,
+)
+
+
+class Edge:
+    """One call of the alphabet from one state.
+
+    ``then(returned)`` gives the generator model after a call the spec accepted (``None``: the
+    model is unchanged); a call the spec rejects never changes the model. ``readonly``: the spec
+    cannot change (a query, or a bad input the spec rejects before any change); ``bad``: the spec
+    must reject it — if it does not, the edge is compared but not followed.
+    """
+
+    __slots__ = ("args", "bad", "method", "readonly", "then")
+
+    def __init__(
+        self,
+        method: str,
+        args: tuple[Any, ...],
+        then: Callable[[Any], Any] | None = None,
+        *,
+        readonly: bool = False,
+        bad: bool = False,
+    ) -> None:
+        self.method = method
+        self.args = args
+        self.then = then
+        self.readonly = readonly
+        self.bad = bad
+
+
+def rejected(method: str, args: tuple[Any, ...]) -> Edge:
+    """A bad input: the spec must reject it without any change."""
+    return Edge(method, args, readonly=True, bad=True)
+
+
+class Model:
+    """A component's alphabet, checks and trace format (one subclass per component)."""
+
+    checker: Any = None  # the component's CheckerDef: replays a counterexample
+    reader: Callable[[Any], Any]
+    snapshot_checks: Mapping[str, str] = {}
+    state_invariants: Mapping[str, Callable[[Any], str | None]] = {}
+
+    def __init__(
+        self,
+        component: str,
+        target_cls: Callable[..., Any],
+        target: str,
+        bounds: Any,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``bounds``: the component's bounds dataclass (validated here); ``options``: the
+        component's fixed checker options (e.g. the offload manager's cache policy)."""
+        bounds.validate()
+        self.component = component
+        self.target_cls = target_cls
+        self.target = target
+        self.b = bounds
+        self.options = dict(options or {})
+
+    def bounds(self) -> dict[str, Any]:
+        return asdict(self.b)
+
+    # --- to override
+
+    def initial(self) -> tuple[Any, Any, Any]:
+        """(spec object, target object, generator model)."""
+        raise NotImplementedError
+
+    def edges(self, snap: Any, gen: Any, spec: Callable[[], Any]) -> list[Edge]:
+        """Every call from a state, simplest first (``spec()`` gives a scratch copy of the spec)."""
+        raise NotImplementedError
+
+    def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
+        """The canonical state: everything the spec's future and the alphabet depend on."""
+        return (snap, gen)
+
+    def observable(self, snap: Any, gen: Any) -> Hashable:
+        """The state without the spec's hidden layout (set tables): ``distinct_snapshots``."""
+        return (snap, gen)
+
+    def clone(self, obj: Any) -> Any:
+        """An exact copy of one side (:func:`clone`; a model may know a faster exact way)."""
+        return clone(obj)
+
+    def validate_first(self, method: str, exc: BaseException) -> bool:
+        return False
+
+    def edge_checks(
+        self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
+    ) -> Check | None:
+        """Checks of the target's hidden state, after every edge."""
+        return None
+
+    def state_checks(self, snap: Any, gen: Any, spec: Any, target: Any) -> Check | None:
+        """Checks of a newly reached state that need the generator model (ledger invariants)."""
+        return None
+
+    def holders(self, gen: Any) -> list[list[int]] | None:
+        """The live tables recorded in a trace step (block manager only)."""
+        return None
+
+    def trace_config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def replay_options(self) -> dict[str, Any]:
+        """The checker options a counterexample is replayed with."""
+        return self.options
+
+    def replay(self, document: dict[str, Any]) -> Any:
+        """The component checker's replay of a trace (a RunResult), or ``None`` if there is none."""
+        if self.checker is None:
+            return None
+        from stateful_tests import checker
+
+        return checker.replay(
+            self.component,
+            self.checker,
+            document,
+            self.target_cls,
+            self.target,
+            options=self.replay_options(),
+        )
+
+
+@dataclass
+class Violation:
+    check: str
+    detail: str
+    depth: int  # calls in the counterexample
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    trace_file: str | None = None
+    replay: str = "not run"  # reproduced | diverged differently | passed | unavailable
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ExploreResult:
+    component: str
+    target: str
+    bounds: dict[str, Any]
+    distinct_states: int = 0
+    distinct_snapshots: int = 0  # states up to the sets' hash tables (what a snapshot shows)
+    edges: int = 0
+    max_depth: int = 0
+    seconds: float = 0.0
+    complete: bool = False
+    stopped_by: str | None = None  # None (exhausted) | depth | max_states | deadline | violation
+    message: str = ""
+    violations: list[Violation] = field(default_factory=list)
+    dropped_edges: int = 0  # bad inputs the spec accepted (compared, not followed)
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    @property
+    def states_per_second(self) -> float:
+        return self.distinct_states / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "component": self.component,
+            "target": self.target,
+            "bounds": self.bounds,
+            "distinct_states": self.distinct_states,
+            "distinct_snapshots": self.distinct_snapshots,
+            "edges": self.edges,
+            "max_depth": self.max_depth,
+            "seconds": round(self.seconds, 3),
+            "states_per_second": round(self.states_per_second),
+            "complete": self.complete,
+            "stopped_by": self.stopped_by,
+            "message": self.message,
+            "violations": [v.to_json() for v in self.violations],
+        }
+
+
+Progress = Callable[[int, int, int], None]  # (distinct states, edges, depth)
+
+
+class _Run:
+    """One edge applied in lockstep: outcomes, snapshots, the first failed check (Lockstep's own
+    comparisons, in Lockstep's order)."""
+
+    __slots__ = ("after", "gen", "problem", "s_out", "spec", "t_out", "target")
+
+    def __init__(self, model: Model, edge: Edge, spec: Any, target: Any, snap: Any, gen: Any):
+        self.spec, self.target, self.gen = spec, target, gen
+        self.s_out = s_out = invoke(spec, edge.method, edge.args)
+        self.t_out = t_out = invoke(target, edge.method, edge.args)
+        self.after = None
+        problem = compare_outcomes(s_out, t_out)
+        if problem is None:
+            reader = model.reader
+            raised = s_out.raised
+            # a read-only call leaves the spec as it was (by the spec's contract) unless it is a
+            # "bad" input the spec accepted: only then is the spec read again
+            if edge.readonly and (raised is not None or not edge.bad):
+                self.after = after = snap
+            else:
+                self.after = after = reader(spec)
+            target_snap = reader(target)
+            problem = compare_snapshots(after, target_snap, model.snapshot_checks)
+            if problem is None and raised is not None and model.validate_first(edge.method, raised):
+                problem = atomic_failure_check(edge.method, raised, snap, target_snap)
+            if problem is None and raised is None and edge.then is not None:
+                self.gen = edge.then(s_out.returned)
+        self.problem = problem
+
+
+def explore(
+    model: Model,
+    *,
+    depth: int | None = None,
+    max_states: int | None = 1_000_000,
+    deadline: float | None = None,
+    progress: Progress | None = None,
+    save_dir: Path | None = None,
+) -> ExploreResult:
+    """Breadth-first search of ``model`` from its initial state.
+
+    Stops at the first violation (the shortest counterexample; it is rebuilt, replayed with the
+    component's checker and saved under ``save_dir`` if given), when the reachable states within
+    the bounds are exhausted (``complete``), after ``depth`` layers, at ``max_states`` distinct
+    states, or at ``deadline`` (a ``time.perf_counter()`` value).
+    """
+    cloner_ready()
+    started = time.perf_counter()
+    result = ExploreResult(model.component, model.target, model.bounds())
+    reader = model.reader
+    spec0, target0, gen0 = model.initial()
+    snap0 = reader(spec0)
+    problem = compare_snapshots(snap0, reader(target0), model.snapshot_checks)
+    problem = problem or _state_invariants(model, reader(target0))
+    problem = problem or model.state_checks(snap0, gen0, spec0, target0)
+    if problem:
+        return _finish(model, result, started, [], problem, save_dir)
+    seen: set[int] = {hash(model.key(snap0, gen0, spec0, target0))}
+    observed: set[int] = {hash(model.observable(snap0, gen0))}
+    parent = array("q", [-1])  # state id -> parent id
+    via = array("l", [-1])  # state id -> index of the edge from the parent
+    checked: set[int] = {hash(snap0)}  # fingerprints of snapshots whose state invariants hold
+    frontier: list[tuple[int, Any, Any, Any, Any]] = [(0, spec0, target0, snap0, gen0)]
+    layer = edges = unexpanded = 0
+    found: tuple[list[int], Check] | None = None
+    stop: str | None = None
+    last_report = 0.0
+    dup = model.clone
+
+    def judge(edge: Edge, snap: Any, run: _Run) -> Check | None:
+        """The edge's lockstep verdict, then the state invariants of a snapshot not seen before
+        (the target's snapshot equals the spec's by then), then the target's hidden state."""
+        problem = run.problem
+        if problem is None and hash(run.after) not in checked:
+            problem = _state_invariants(model, run.after)
+            checked.add(hash(run.after))
+        if problem is None:
+            problem = model.edge_checks(edge, snap, run.after, run.s_out, run.target, run.gen)
+        return problem
+
+    while frontier and found is None and stop is None:
+        if depth is not None and layer >= depth:
+            stop = "depth"
+            break
+        nxt: list[tuple[int, Any, Any, Any, Any]] = []
+        for position, (sid, spec_p, target_p, snap, gen) in enumerate(frontier):
+            # read-only calls share one copy of each side; ``history``: the read-only edges already
+            # applied to the shared target (its hidden state might remember them)
+            shared: list[Any] = []
+            history: list[int] = []
+            scratch: Callable[[], Any] = partial(dup, spec_p)
+            for index, edge in enumerate(model.edges(snap, gen, scratch)):
+                edges += 1
+                if edge.readonly:
+                    if not shared:
+                        shared[:] = [dup(spec_p), dup(target_p)]
+                        history.clear()
+                    run = _Run(model, edge, shared[0], shared[1], snap, gen)
+                else:
+                    run = _Run(model, edge, dup(spec_p), dup(target_p), snap, gen)
+                problem = judge(edge, snap, run)
+                extra: list[int] = []
+                if edge.readonly and (
+                    problem is not None or run.after != snap or run.gen is not gen
+                ):
+                    if history:  # the shared target saw earlier read-only calls: decide afresh
+                        fresh = _Run(model, edge, dup(spec_p), dup(target_p), snap, gen)
+                        fresh_problem = judge(edge, snap, fresh)
+                        if problem is not None and fresh_problem is None:
+                            extra = list(history)  # reproducible only after those calls
+                        else:
+                            run, problem = fresh, fresh_problem
+                    shared.clear()  # that copy has moved on (or the search stops here)
+                if problem is not None:
+                    found = ([*_path(parent, via, sid), *extra, index], problem)
+                    break
+                after = run.after
+                if edge.readonly and shared:
+                    history.append(index)
+                    continue  # a self-loop: the shared copies stay usable
+                if edge.bad and run.s_out.raised is None:
+                    result.dropped_edges += 1  # the spec accepted a "bad" input: not followed
+                    continue
+                if run.gen is gen and after == snap:
+                    continue  # a self-loop (the target was compared; nothing new to explore)
+                fp = hash(model.key(after, run.gen, run.spec, run.target))
+                if fp in seen:
+                    continue
+                problem = model.state_checks(after, run.gen, run.spec, run.target)
+                if problem is not None:
+                    found = ([*_path(parent, via, sid), index], problem)
+                    break
+                seen.add(fp)
+                observed.add(hash(model.observable(after, run.gen)))
+                parent.append(sid)
+                via.append(index)
+                nxt.append((len(parent) - 1, run.spec, run.target, after, run.gen))
+                result.max_depth = layer + 1
+                if max_states is not None and len(seen) >= max_states:
+                    stop = "max_states"
+                    break
+            if found is not None:
+                break
+            if stop is not None:
+                unexpanded = len(frontier) - position + len(nxt)
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                stop = "deadline"
+            if stop is not None:
+                unexpanded = len(frontier) - position - 1 + len(nxt)
+                break
+            if progress is not None and time.perf_counter() - last_report > 0.25:
+                last_report = time.perf_counter()
+                progress(len(seen), edges, layer + 1)
+        if found is None and stop is None:
+            frontier = nxt
+            layer += 1
+    result.distinct_states = len(seen)
+    result.distinct_snapshots = len(observed)
+    result.edges = edges
+    if progress is not None:
+        progress(len(seen), edges, result.max_depth)
+    if found is not None:
+        path, problem = found
+        result.max_depth = max(result.max_depth, len(path))
+        return _finish(model, result, started, path, problem, save_dir)
+    if stop == "depth":
+        unexpanded = len(frontier)
+    result.stopped_by = stop
+    result.complete = stop is None
+    result.seconds = time.perf_counter() - started
+    result.message = _message(result, depth, max_states, unexpanded)
+    return result
+
+
+def _state_invariants(model: Model, target_snap: Any) -> Check | None:
+    for name, predicate in model.state_invariants.items():
+        problem = predicate(target_snap)
+        if problem:
+            return name, problem
+    return None
+
+
+def _path(parent: array, via: array, sid: int) -> list[int]:  # type: ignore[type-arg]
+    path: list[int] = []
+    while sid > 0:
+        path.append(via[sid])
+        sid = parent[sid]
+    return path[::-1]
+
+
+def _message(result: ExploreResult, depth: int | None, max_states: int | None, left: int) -> str:
+    if result.stopped_by == "max_states":
+        return (
+            f"stopped at --max-states {max_states:,}: every explored state holds, but the search is "
+            f"incomplete ({left:,} states left in the frontier); raise --max-states or tighten "
+            "the bounds"
+        )
+    if result.stopped_by == "depth":
+        return (
+            f"stopped at --depth {depth}: every state within {depth} calls holds; "
+            f"{left:,} states at depth {depth} were not expanded (incomplete)"
+        )
+    if result.stopped_by == "deadline":
+        return "stopped at the time budget: incomplete"
+    return (
+        f"complete: all {result.distinct_states:,} reachable states within the bounds were "
+        f"explored (longest shortest path {result.max_depth} calls)"
+    )
+
+
+def _finish(
+    model: Model,
+    result: ExploreResult,
+    started: float,
+    path: list[int],
+    problem: Check,
+    save_dir: Path | None,
+) -> ExploreResult:
+    """Rebuild the counterexample along ``path``, replay it with the component's checker, save."""
+    result.stopped_by = "violation"
+    check, detail = problem
+    steps = rebuild(model, path)
+    divergence = Divergence(check, detail, steps)
+    document = trace_document(
+        model.component, model.target, model.trace_config(), steps, divergence
+    )
+    document["explorer"] = {"bounds": model.bounds(), "shortest": True}
+    violation = Violation(check, detail, len(steps))
+    replayed = None
+    try:
+        replayed = model.replay(document)
+    except Exception as exc:  # a replay that cannot run is reported, never a crash
+        violation.replay = f"unavailable ({type(exc).__name__}: {exc})"
+    if replayed is not None:
+        if replayed.passed:
+            violation.replay = "passed (the component checker does not see this failure)"
+        elif replayed.failure is not None and replayed.failure.check == check:
+            violation.replay = "reproduced"
+        else:
+            other = replayed.failure.check if replayed.failure is not None else "?"
+            violation.replay = f"diverged differently ({other})"
+    elif violation.replay == "not run":
+        violation.replay = "unavailable (no replay for this component yet)"
+    violation.steps = document["steps"]
+    if save_dir is not None:
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in model.target)[-60:]
+        stem = f"explore-{model.component}-{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
+        n = 0
+        while (save_dir / f"{stem}{'-' + str(n) if n else ''}.json").exists():
+            n += 1
+        violation.trace_file = str(
+            save_trace(document, save_dir, f"{stem}{'-' + str(n) if n else ''}")
+        )
+    result.violations.append(violation)
+    result.complete = False
+    result.seconds = time.perf_counter() - started
+    result.message = f"{check} after {len(steps)} calls (a shortest counterexample)"
+    return result
+
+
+def rebuild(model: Model, path: Sequence[int]) -> list[Step]:
+    """Re-run the edges along ``path`` from the initial state on fresh objects: the trace steps,
+    with both sides' outcomes and the generator's holders after each call."""
+    spec, target, gen = model.initial()
+    steps: list[Step] = []
+    for index in path:
+        snap = model.reader(spec)
+        edge = model.edges(snap, gen, partial(model.clone, spec))[index]
+        s_out = invoke(spec, edge.method, edge.args)
+        t_out = invoke(target, edge.method, edge.args)
+        if s_out.raised is None and edge.then is not None:
+            gen = edge.then(s_out.returned)
+        steps.append(Step(edge.method, list(edge.args), s_out, t_out, model.holders(gen)))
+    return steps

@@ -1,0 +1,224 @@
+"""Exact clones of explored states: CPython's set tables copied verbatim.
+
+**Set iteration order is state.** Eviction order is the iteration order of the used set
+(docs/infinilm.md §9.3), and a CPython set's order depends on its history (deleted entries
+leave dummies, the table grows with the fill): ``copy``, ``deepcopy`` and ``pickle`` rebuild a
+set and can change its future order. States are therefore cloned with every set's hash table
+copied verbatim (:func:`clone_set`, self-tested against the interpreter before a search:
+:func:`cloner_ready`), and the state key holds the tables of the spec's sets (and of the
+target's: a target whose tables differ is explored separately). ``distinct_snapshots`` counts
+states up to those tables.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import enum
+import types
+from collections import OrderedDict, deque
+from typing import Any
+
+# ---------------------------------------------------------------------------- exact clones
+# Eviction order is the iteration order of a Python set (docs/infinilm.md §9.3), and a set's
+# iteration order depends on its history (deleted entries leave dummies; the table grows with the
+# fill): ``copy``, ``deepcopy`` and ``pickle`` rebuild a set and may change its order. So states are
+# cloned with every set's hash table copied verbatim (CPython layout, self-tested before use), and
+# the state key includes the tables of the spec's sets: a snapshot alone does not determine the
+# future order.
+
+
+class _SetEntry(ctypes.Structure):
+    _fields_ = (("key", ctypes.c_void_p), ("hash", ctypes.c_ssize_t))
+
+
+class _SetObject(ctypes.Structure):  # CPython's PySetObject (3.11-3.13, default build)
+    _fields_ = (
+        ("ob_refcnt", ctypes.c_ssize_t),
+        ("ob_type", ctypes.c_void_p),
+        ("fill", ctypes.c_ssize_t),
+        ("used", ctypes.c_ssize_t),
+        ("mask", ctypes.c_ssize_t),
+        ("table", ctypes.c_void_p),
+        ("hash", ctypes.c_ssize_t),
+        ("finger", ctypes.c_ssize_t),
+        ("smalltable", _SetEntry * 8),
+    )
+
+
+_SMALLTABLE = _SetObject.smalltable.offset
+_malloc = ctypes.pythonapi.PyMem_Malloc
+_malloc.restype, _malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+_free = ctypes.pythonapi.PyMem_Free
+_free.restype, _free.argtypes = None, (ctypes.c_void_p,)
+
+
+class ExplorerUnsupported(RuntimeError):
+    """This interpreter's sets cannot be cloned exactly (the explorer needs CPython 3.11+)."""
+
+
+def clone_set(s: set[Any]) -> set[Any]:
+    """A copy of ``s`` with the same hash table: same slots, dummies, size and fill, hence the
+    same iteration order now and after any further sequence of adds and removes."""
+    src = _SetObject.from_address(id(s))
+    copied = s.copy()  # holds a reference to every element, as the verbatim table needs
+    if src.fill == src.used and src.mask == 7 and src.finger == 0:
+        return copied  # no dummies, small table: the copy is laid out slot for slot already
+    dst = _SetObject.from_address(id(copied))
+    mask, small = src.mask, id(copied) + _SMALLTABLE
+    size = (mask + 1) * ctypes.sizeof(_SetEntry)
+    if mask == 7:
+        if dst.table != small:
+            _free(dst.table)
+            dst.table = small
+        ctypes.memmove(small, src.table, size)
+    else:
+        table = _malloc(size)
+        if not table:
+            raise MemoryError("cannot allocate a set table")
+        ctypes.memmove(table, src.table, size)
+        if dst.table != small:
+            _free(dst.table)
+        dst.table = table
+    dst.mask, dst.fill, dst.finger = mask, src.fill, src.finger
+    return copied
+
+
+def set_layout(s: set[Any]) -> tuple[int, bytes]:
+    """The hash table of ``s`` (fill and raw entries) — equal layouts iterate equally forever.
+    Entries hold element addresses: exact for small ints and shared elements (over-distinguishing
+    otherwise, which costs states, never soundness)."""
+    src = _SetObject.from_address(id(s))
+    return src.fill, ctypes.string_at(src.table, (src.mask + 1) * ctypes.sizeof(_SetEntry))
+
+
+_ATOMIC: set[type] = {
+    int,
+    float,
+    bool,
+    str,
+    bytes,
+    complex,
+    type(None),
+    type,
+    range,
+    frozenset,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+}
+_STRATEGY: dict[type, Any] = {}
+_MISSING = object()
+
+
+def _slot_names(t: type) -> tuple[str, ...]:
+    names: list[str] = []
+    for klass in t.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{klass.__name__.lstrip('_')}{name}"
+            names.append(name)
+    return tuple(names)
+
+
+def _strategy(t: type) -> Any:
+    if t in _ATOMIC or issubclass(t, enum.Enum | type):
+        _ATOMIC.add(t)
+        return "atom"
+    if t in (list, dict, set, tuple, deque, OrderedDict, types.MethodType):
+        return t.__name__
+    plain = (
+        getattr(t, "__deepcopy__", None) is None
+        and t.__reduce_ex__ is object.__reduce_ex__
+        and getattr(t, "__getstate__", object.__getstate__) is object.__getstate__
+        and t.__new__ is object.__new__
+    )
+    if plain:
+        return (_slot_names(t), t.__dictoffset__ != 0)
+    return "deepcopy"
+
+
+def clone(obj: Any, memo: dict[int, Any] | None = None) -> Any:
+    """An exact, independent copy of ``obj``'s object graph (aliasing kept, sets laid out as in
+    the original; set elements and functions are shared, as they are hashable values)."""
+    memo = {} if memo is None else memo
+    t = type(obj)
+    how = _STRATEGY.get(t)
+    if how is None:
+        how = _STRATEGY[t] = _strategy(t)
+    if how == "atom":
+        return obj
+    found = memo.get(id(obj))
+    if found is not None:
+        return found
+    new: Any
+    if how == "list" or how == "deque":
+        new = memo[id(obj)] = obj.copy()
+        for i, x in enumerate(new):
+            if type(x) not in _ATOMIC:
+                new[i] = clone(x, memo)
+    elif how == "dict":
+        new = memo[id(obj)] = obj.copy()
+        for k, v in new.items():
+            if type(v) not in _ATOMIC:
+                new[k] = clone(v, memo)
+    elif how == "OrderedDict":
+        new = memo[id(obj)] = OrderedDict()
+        for k, v in obj.items():
+            new[k] = v if type(v) in _ATOMIC else clone(v, memo)
+    elif how == "set":
+        new = memo[id(obj)] = clone_set(obj)
+    elif how == "tuple":
+        new = memo[id(obj)] = tuple(x if type(x) in _ATOMIC else clone(x, memo) for x in obj)
+    elif how == "method":
+        new = memo[id(obj)] = types.MethodType(obj.__func__, clone(obj.__self__, memo))
+    elif how == "deepcopy":  # a type with its own copy protocol (sets inside it lose layout)
+        new = copy.deepcopy(obj, memo)
+    else:
+        slots, has_dict = how
+        new = memo[id(obj)] = object.__new__(t)
+        if has_dict:
+            state = obj.__dict__.copy()
+            for k, v in state.items():
+                if type(v) not in _ATOMIC:
+                    state[k] = clone(v, memo)
+            new.__dict__.update(state)
+        for name in slots:
+            v = getattr(obj, name, _MISSING)
+            if v is not _MISSING:
+                object.__setattr__(new, name, v if type(v) in _ATOMIC else clone(v, memo))
+    return new
+
+
+def _self_test() -> None:
+    """Clone sets with every kind of history and check that the clones iterate like the
+    originals under the same later operations; ``ExplorerUnsupported`` otherwise."""
+    import random
+    import sys
+
+    if sys.implementation.name != "cpython" or sys.getsizeof(set()) != 216:
+        raise ExplorerUnsupported("the explorer clones CPython sets verbatim; run it on CPython")
+    rng = random.Random(0)
+    for _ in range(300):
+        universe = range(rng.choice((4, 8, 13, 40)))
+        s: set[int] = set()
+        for _ in range(rng.randint(0, 40)):
+            (s.add if rng.random() < 0.6 else s.discard)(rng.choice(universe))
+        c = clone(s)
+        for _ in range(40):
+            x, add = rng.choice(universe), rng.random() < 0.6
+            for y in (s, c):
+                (y.add if add else y.discard)(x)
+            if list(s) != list(c) or set_layout(s) != set_layout(c):
+                raise ExplorerUnsupported("this interpreter's set layout is not the one expected")
+
+
+_TESTED: list[bool] = []
+
+
+def cloner_ready() -> None:
+    if not _TESTED:
+        _self_test()
+        _TESTED.append(True)

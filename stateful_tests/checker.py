@@ -1,0 +1,506 @@
+"""Generic lockstep plumbing: one hypothesis machine builder, one fuzzer, one replay, one shrinker.
+
+A component's checker module keeps only what is its own — a driver (the operation alphabet over a
+spec/target pair in :class:`~stateful_tests.lockstep.Lockstep`, with the generator-side model the
+alphabet needs), its configuration draws and the facts its enabling conditions read — and describes
+itself in one :class:`CheckerDef`. Everything else is here, written once:
+
+* :func:`make_machine` generates the ``RuleBasedStateMachine``: one ``@initialize`` (draw a
+  configuration, start a driver), one ``@rule`` per row of the operations table with its
+  ``@precondition`` taken from the same row, one ``@invariant`` per invariant the checker names.
+* :func:`check` runs that machine, then the checker's explicit programs (:class:`Example`), so that
+  the paths the tests require are reached whatever hypothesis' generator does.
+* :func:`fuzz` draws the same table with seeded weights (volume), :func:`replay` re-runs a trace,
+  :func:`shrink` delta-debugs one.
+
+A driver offers: ``config``, ``steps``, ``coverage``, one method per operation name taking a
+:class:`~stateful_tests.lockstep.Chooser`, ``check_invariant(name)`` (raises ``Divergence``) and
+``replay_step(step)`` (re-run one trace step with the same checks as the live call).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from stateful_tests.lockstep import (
+    Chooser,
+    DataChooser,
+    Divergence,
+    RandomChooser,
+    RunResult,
+    decode,
+    trace_document,
+)
+
+Options = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One row of an operations table: the driver method, its fuzzer weight, and when it may run
+    (a predicate over the checker's facts; the hypothesis rule's precondition is the same)."""
+
+    name: str
+    weight: int
+    enabled: Callable[[Any], bool] = lambda facts: True
+
+
+@dataclass(frozen=True)
+class Example:
+    """An explicit program that every ``check`` runs after hypothesis' own programs, so that the
+    paths the tests require are reached whatever hypothesis' generator does: the configuration the
+    machine draws from ``random.Random(seed)`` with the ``config`` fields replaced, then the
+    scripted ``ops`` in order (one that is not enabled is skipped and counted
+    ``example:skipped:NAME``), then ``steps`` operations drawn by weight as the fuzzer draws
+    them. ``variants``: only for runs of these variants (a run with a drawn variant takes the
+    first)."""
+
+    seed: int
+    steps: int = 0
+    ops: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    variants: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckerDef:
+    """What a component's lockstep checker is made of (its own parts; the plumbing is generic).
+
+    ``driver(target_cls, config, options)`` starts a driver; ``config_type(**fields)`` rebuilds a
+    trace's configuration; ``machine_config`` / ``fuzz_config`` ``(chooser, variant, options)``
+    draw one (``variant=None``: drawn too); ``facts(driver)`` computes once per step what the
+    ``enabled`` predicates read; ``spec_cls`` is the spec as a target (a shrunk trace must replay
+    cleanly spec-vs-spec, unless its failure is one of ``spec_properties`` — a question about the
+    spec itself); ``simplify(step)`` yields smaller variants of one trace step for the shrinker.
+    """
+
+    machine_name: str
+    driver: Callable[[Callable[..., Any], Any, Options], Any]
+    config_type: Callable[..., Any]
+    machine_config: Callable[[Chooser, str | None, Options], Any]
+    fuzz_config: Callable[[Chooser, str | None, Options], Any]
+    operations: tuple[Operation, ...]
+    spec_cls: Callable[..., Any]
+    invariants: tuple[str, ...] = ()
+    facts: Callable[[Any], Any] = lambda driver: driver
+    episode_ops: int = 300
+    options: tuple[str, ...] = ()
+    spec_properties: frozenset[str] = frozenset()
+    examples: tuple[Example, ...] = ()
+    simplify: Callable[[dict[str, Any]], Iterator[dict[str, Any]]] | None = None
+
+    def rows(self) -> tuple[str, ...]:
+        return tuple(op.name for op in self.operations)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted bug: a small subclass of an impl class (never an edit of impl source) whose
+    docstring names its origin. ``component`` is filled in by the registry; ``variant`` is the
+    variant the bug lives in (``None``: every variant); ``options`` the checker options that put it
+    in reach (e.g. a PD connector)."""
+
+    name: str
+    origin: str
+    cls: type
+    expected_check: str  # the check that should name the failure (documentation, not enforced)
+    variant: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    component: str = ""
+
+
+# ----------------------------------------------------------------------------- hypothesis machine
+def _rule(op: Operation, facts: Callable[[Any], Any]) -> Callable[..., None]:
+    def run(self: Any, data: st.DataObject) -> None:
+        self.run_operation(op.name, data)
+
+    run.__name__ = run.__qualname__ = op.name
+    return precondition(lambda self: bool(op.enabled(facts(self.d))))(rule(data=st.data())(run))
+
+
+def _invariant(name: str) -> Callable[[Any], None]:
+    def check(self: Any) -> None:
+        self.d.check_invariant(name)
+
+    check.__name__ = check.__qualname__ = name
+    return invariant()(check)
+
+
+class LockstepMachine(RuleBasedStateMachine):
+    """The base of every generated machine: class-level run statistics, the driver of the last
+    program (after a failure hypothesis re-runs the shrunk program last, so it holds the
+    counterexample), and the one rule body."""
+
+    drivers_started = 0
+    steps_run = 0
+    last_driver: Any = None
+    coverage: Counter[str]
+    d: Any
+
+    def run_operation(self, name: str, data: st.DataObject) -> None:
+        before = len(self.d.steps)
+        try:
+            getattr(self.d, name)(DataChooser(data))
+        finally:
+            cls = type(self)
+            cls.steps_run += len(self.d.steps) - before
+            cls.coverage[f"rule:{name}"] += 1
+
+    def teardown(self) -> None:
+        if getattr(self, "d", None) is not None:
+            type(self).coverage.update(self.d.coverage)
+
+
+def make_machine(
+    checker: CheckerDef,
+    target_cls: Callable[..., Any],
+    variant: str | None,
+    options: Options,
+    *,
+    seed_label: str,
+    derandomize: bool = True,
+) -> type[LockstepMachine]:
+    """The lockstep ``RuleBasedStateMachine`` of ``checker`` against ``target_cls``.
+
+    Rules are the operations table's rows (simple first: shrinking prefers them), preconditions
+    the rows' ``enabled`` over ``facts``, invariants the checker's named ones. Hypothesis derives a
+    derandomized run's seed from the machine's source, which is this generic builder's for every
+    component: with ``derandomize`` the seed is therefore set from ``seed_label`` and the table's
+    row names instead, so a run depends on the component and its operations table, not on how the
+    plumbing is written.
+    """
+
+    def start(self: Any, data: st.DataObject) -> None:
+        config = checker.machine_config(DataChooser(data), variant, options)
+        self.d = checker.driver(target_cls, config, options)
+        cls = type(self)
+        cls.drivers_started += 1
+        cls.last_driver = self.d
+
+    namespace: dict[str, Any] = {
+        "coverage": Counter(),
+        "start": initialize(data=st.data())(start),
+        "__module__": __name__,
+        "__qualname__": checker.machine_name,
+    }
+    for op in checker.operations:
+        namespace[op.name] = _rule(op, checker.facts)
+    for name in checker.invariants:
+        namespace[name] = _invariant(name)
+    machine = type(checker.machine_name, (LockstepMachine,), namespace)
+    if derandomize:
+        label = f"{seed_label}|{'|'.join(checker.rows())}"
+        machine._hypothesis_internal_use_seed = zlib.crc32(label.encode())  # type: ignore[attr-defined]
+    return machine
+
+
+def _to_stderr(text: object) -> None:
+    sys.stderr.write(f"{text}\n")
+
+
+def _trace(component: str, target: str, driver: Any, failure: Divergence) -> dict[str, Any]:
+    return trace_document(component, target, driver.config.to_json(), failure.steps, failure)
+
+
+def check(
+    component: str,
+    checker: CheckerDef,
+    target_cls: Callable[..., Any],
+    target: str,
+    settings: Any,
+    *,
+    variant: str | None = None,
+    options: Options | None = None,
+) -> RunResult:
+    """Run the lockstep machine under ``settings``, then the explicit programs; the first failure
+    (hypothesis' shrunk program, or the explicit program's trace) with its trace."""
+    from hypothesis.reporting import with_reporter
+    from hypothesis.stateful import run_state_machine_as_test
+
+    opts = dict(options or {})
+    machine = make_machine(
+        checker, target_cls, variant, opts, seed_label=component, derandomize=settings.derandomize
+    )
+    started = time.perf_counter()
+    failure: Divergence | None = None
+    try:
+        # hypothesis' own reports (e.g. its shrink-time warning) go to stderr: stdout may carry
+        # the CLI's one JSON document
+        with with_reporter(_to_stderr):
+            run_state_machine_as_test(machine, settings=settings)  # type: ignore[no-untyped-call]
+    except Divergence as exc:
+        failure = exc
+    result = RunResult(
+        target,
+        failure is None,
+        machine.drivers_started,
+        machine.steps_run,
+        0.0,
+        dict(machine.coverage),
+        failure,
+    )
+    if failure is not None and machine.last_driver is not None:
+        result.trace = _trace(component, target, machine.last_driver, failure)
+    if result.passed:
+        _run_examples(component, checker, target_cls, target, variant, opts, result)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run_examples(
+    component: str,
+    checker: CheckerDef,
+    target_cls: Callable[..., Any],
+    target: str,
+    variant: str | None,
+    options: Options,
+    result: RunResult,
+) -> None:
+    """The checker's explicit programs, in order, until one fails (merged into ``result``)."""
+    for example in checker.examples:
+        if example.variants and variant is not None and variant not in example.variants:
+            continue
+        run = run_example(
+            component, checker, target_cls, target, example, variant=variant, options=options
+        )
+        result.examples += 1
+        result.steps += run.steps
+        result.coverage = dict(Counter(result.coverage) + Counter(run.coverage))
+        if not run.passed:
+            result.passed, result.failure, result.trace = False, run.failure, run.trace
+            return
+
+
+def run_example(
+    component: str,
+    checker: CheckerDef,
+    target_cls: Callable[..., Any],
+    target: str,
+    example: Example,
+    *,
+    variant: str | None = None,
+    options: Options | None = None,
+) -> RunResult:
+    """One explicit program (:class:`Example`) against ``target_cls``: the configuration the
+    machine draws from its seed with its ``config`` fields, its scripted ops, then its weighted
+    steps. A run with a drawn variant (``None``) takes the example's first variant, if any."""
+    opts = dict(options or {})
+    if variant is None and example.variants:
+        variant = example.variants[0]
+    chooser = RandomChooser(random.Random(example.seed))
+    config = checker.machine_config(chooser, variant, opts)
+    if example.config:
+        config = checker.config_type(**{**config.to_json(), **example.config})
+    enabled = {op.name: op.enabled for op in checker.operations}
+    coverage: Counter[str] = Counter()
+    started = time.perf_counter()
+    d = checker.driver(target_cls, config, opts)
+    failure: Divergence | None = None
+    try:
+        for name in example.ops:
+            if not enabled[name](checker.facts(d)):
+                coverage[f"example:skipped:{name}"] += 1
+                continue
+            getattr(d, name)(chooser)
+            coverage[f"rule:{name}"] += 1
+        _episode(checker, d, chooser, len(d.steps) + example.steps, coverage)
+    except Divergence as exc:
+        failure = exc
+    coverage.update(d.coverage)
+    return RunResult(
+        target,
+        failure is None,
+        1,
+        len(d.steps),
+        time.perf_counter() - started,
+        dict(coverage),
+        failure,
+        None if failure is None else _trace(component, target, d, failure),
+    )
+
+
+def _episode(
+    checker: CheckerDef, d: Any, chooser: RandomChooser, until: int, coverage: Counter[str]
+) -> None:
+    """Weighted draws from the enabled rows of the operations table until ``until`` calls."""
+    table, rng = checker.operations, chooser.rng
+    while len(d.steps) < until:
+        now = checker.facts(d)
+        chosen = [op for op in table if op.enabled(now)]
+        op = rng.choices(chosen, [op.weight for op in chosen])[0]
+        getattr(d, op.name)(chooser)
+        coverage[f"rule:{op.name}"] += 1
+
+
+# ----------------------------------------------------------------------------- fuzzer
+def fuzz(
+    component: str,
+    checker: CheckerDef,
+    target_cls: Callable[..., Any],
+    target: str,
+    ops: int,
+    seed: int,
+    *,
+    variant: str | None = None,
+    options: Options | None = None,
+    episode_ops: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls; each
+    step draws one enabled row of the operations table by weight."""
+    opts = dict(options or {})
+    rng = random.Random(seed)
+    chooser = RandomChooser(rng)
+    per_episode = episode_ops or checker.episode_ops
+    coverage: Counter[str] = Counter()
+    done = episodes = 0
+    started = time.perf_counter()
+    while done < ops:
+        d = checker.driver(target_cls, checker.fuzz_config(chooser, variant, opts), opts)
+        episodes += 1
+        try:
+            _episode(checker, d, chooser, min(per_episode, ops - done), coverage)
+        except Divergence as exc:
+            coverage.update(d.coverage)
+            return RunResult(
+                target,
+                False,
+                episodes,
+                done + len(d.steps),
+                time.perf_counter() - started,
+                dict(coverage),
+                exc,
+                _trace(component, target, d, exc),
+            )
+        done += len(d.steps)
+        coverage.update(d.coverage)
+        if progress is not None:
+            progress(done)
+    return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
+
+
+# ----------------------------------------------------------------------------- replay and shrink
+def replay(
+    component: str,
+    checker: CheckerDef,
+    document: Mapping[str, Any],
+    target_cls: Callable[..., Any],
+    target: str,
+    *,
+    options: Options | None = None,
+) -> RunResult:
+    """Re-run a trace's calls on a fresh spec and ``target``, with the checks of the live run."""
+    config = checker.config_type(**document["config"])
+    started = time.perf_counter()
+    d = None
+    try:
+        d = checker.driver(target_cls, config, dict(options or {}))
+        for step in document["steps"]:
+            d.replay_step({**step, "args": decode(step["args"])})
+    except Divergence as exc:
+        return RunResult(
+            target,
+            False,
+            1,
+            len(exc.steps),
+            time.perf_counter() - started,
+            failure=exc,
+            trace=trace_document(component, target, config.to_json(), exc.steps, exc),
+        )
+    steps = len(d.steps) if d is not None else 0
+    return RunResult(target, True, 1, steps, time.perf_counter() - started)
+
+
+def shrink_steps(
+    document: dict[str, Any],
+    attempt: Callable[[list[dict[str, Any]]], dict[str, Any] | None],
+    deadline: float,
+) -> dict[str, Any]:
+    """Delta debugging over a trace's steps: delete chunks (halving their size) while
+    ``attempt(steps)`` still returns a failing trace; the smallest one found by ``deadline``."""
+    best = attempt(document["steps"])
+    if best is None:
+        return document
+    chunk = max(1, len(best["steps"]) // 2)
+    while chunk >= 1 and time.perf_counter() < deadline:
+        i, progressed = 0, False
+        while i < len(best["steps"]) and time.perf_counter() < deadline:
+            smaller = attempt(best["steps"][:i] + best["steps"][i + chunk :])
+            if smaller is not None:
+                best, progressed = smaller, True
+            else:
+                i += chunk
+        if not progressed:
+            chunk //= 2
+    return best
+
+
+def shrink(
+    component: str,
+    checker: CheckerDef,
+    document: dict[str, Any],
+    target_cls: Callable[..., Any],
+    target: str,
+    *,
+    budget_seconds: float = 10.0,
+    options: Options | None = None,
+) -> dict[str, Any]:
+    """Delete steps from a failing trace (then simplify the survivors with ``checker.simplify``)
+    while it still fails the same check and — unless that check is one of the spec's own
+    properties — still replays cleanly with the spec as its own target, so a shrunk trace never
+    blames the spec's misuse. Recorded generator state (``holders``) is dropped from candidates:
+    deleting a step makes it stale. The shortest failing trace found within ``budget_seconds``."""
+    check_name = (document.get("failure") or {}).get("check")
+    deadline = time.perf_counter() + budget_seconds
+    opts = dict(options or {})
+    own_property = check_name in checker.spec_properties
+
+    def attempt(steps: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+        candidate = {
+            **document,
+            "steps": [{k: v for k, v in s.items() if k != "holders"} for s in steps],
+        }
+        result = replay(component, checker, candidate, target_cls, target, options=opts)
+        if result.passed or result.failure is None or result.failure.check != check_name:
+            return None
+        if not own_property:
+            spec_run = replay(component, checker, candidate, checker.spec_cls, "spec", options=opts)
+            if (
+                spec_run.failure is not None
+                and spec_run.failure.check not in checker.spec_properties
+            ):
+                return None
+        return result.trace
+
+    best = shrink_steps(document, attempt, deadline)
+    if best is document or checker.simplify is None:
+        return best
+    index = 0
+    while index < len(best["steps"]) and time.perf_counter() < deadline:
+        for smaller_step in checker.simplify(best["steps"][index]):
+            steps = [*best["steps"][:index], smaller_step, *best["steps"][index + 1 :]]
+            smaller = attempt(steps)
+            if smaller is not None:
+                best = smaller
+                break
+            if time.perf_counter() >= deadline:
+                break
+        else:
+            index += 1
+    return best
