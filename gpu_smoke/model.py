@@ -79,7 +79,10 @@ def build_model(
     torch.manual_seed(seed)
     with torch.device(device):
         model = LlamaForCausalLM(config_for(size))
-    model = model.to(dtype).eval()
+    # ``PreTrainedModel.to`` (``@functools.wraps``-decorated) casts in place and returns ``self``.
+    # typeshed's ``functools._Wrapped`` does not bind ``self`` on instance access, hence the ignore.
+    model.to(dtype)  # type: ignore[arg-type]
+    model.train(False)  # = model.eval(), which transformers leaves unannotated (mypy: untyped call)
     model.set_attn_implementation(PAGED)
     return model
 

@@ -12,12 +12,15 @@ flip such a position).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gpu_smoke.model import attention, dense_greedy
 from gpu_smoke.workload import PagedRun
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM
 
 FP32_ATOL = 1e-3
 BF16_RATIO = 1.5
@@ -30,7 +33,7 @@ class Dense:
 
 
 def dense_reference(
-    model: torch.nn.Module,
+    model: LlamaForCausalLM,
     prompts: dict[int, list[int]],
     max_new: dict[int, int],
     forced: dict[int, list[int]] | None = None,

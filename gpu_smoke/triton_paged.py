@@ -36,30 +36,34 @@ except ImportError:  # pragma: no cover - depends on the machine
 LOG2E = 1.4426950408889634
 
 
+# The kernels are plain functions until ``_kernels`` jit-compiles them. Their runtime parameters
+# are tensors (Triton passes them as pointers) and scalars, typed ``Any``: Triton ships no types,
+# and it reads annotations itself (``tl.constexpr`` marks a compile-time constant; a dtype name such
+# as ``i32`` would fix the argument's type), which ``Any`` leaves alone.
 def _split_kernel(
-    Q,
-    K,
-    V,
-    BT,
-    CTX,
-    MID_O,
-    MID_LSE,
-    scale_log2,
-    split_len,
-    stride_qb,
-    stride_qh,
-    stride_kp,
-    stride_kt,
-    stride_kh,
-    stride_vp,
-    stride_vt,
-    stride_vh,
-    stride_bt,
-    stride_ob,
-    stride_oh,
-    stride_os,
-    stride_lb,
-    stride_lh,
+    Q: Any,
+    K: Any,
+    V: Any,
+    BT: Any,
+    CTX: Any,
+    MID_O: Any,
+    MID_LSE: Any,
+    scale_log2: Any,
+    split_len: Any,
+    stride_qb: Any,
+    stride_qh: Any,
+    stride_kp: Any,
+    stride_kt: Any,
+    stride_kh: Any,
+    stride_vp: Any,
+    stride_vt: Any,
+    stride_vh: Any,
+    stride_bt: Any,
+    stride_ob: Any,
+    stride_oh: Any,
+    stride_os: Any,
+    stride_lb: Any,
+    stride_lh: Any,
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -68,7 +72,7 @@ def _split_kernel(
     TAIL_MASK: tl.constexpr,
     IEEE: tl.constexpr,
     DIRECT: tl.constexpr,
-):
+) -> None:
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     s = tl.program_id(2)
@@ -128,20 +132,20 @@ def _split_kernel(
 
 
 def _reduce_kernel(
-    MID_O,
-    MID_LSE,
-    OUT,
-    num_splits,
-    stride_ob,
-    stride_oh,
-    stride_os,
-    stride_lb,
-    stride_lh,
-    stride_out_b,
-    stride_out_h,
+    MID_O: Any,
+    MID_LSE: Any,
+    OUT: Any,
+    num_splits: Any,
+    stride_ob: Any,
+    stride_oh: Any,
+    stride_os: Any,
+    stride_lb: Any,
+    stride_lh: Any,
+    stride_out_b: Any,
+    stride_out_h: Any,
     SPLITS_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
-):
+) -> None:
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.arange(0, SPLITS_PAD)

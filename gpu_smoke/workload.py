@@ -23,7 +23,7 @@ the pool is small enough that reclamation evicts cached pages and freed pages ar
 
 Planted bugs (:class:`Plant`): a stale block-table row (a new request inherits the previous
 occupant's entries for its cached prefix), no last-page tail mask, and any block-manager class —
-e.g. ``stateful_tests.mutants.ReclaimEvictsReferencedPage``, which frees a page still referenced.
+e.g. ``stateful_tests.mutants_infinilm.ReclaimEvictsReferencedPage``, which frees a page still referenced.
 """
 
 from __future__ import annotations
@@ -32,12 +32,15 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from gpu_smoke.attention import PagedBatch
 from gpu_smoke.pool import FreeListWatch, KVPool
+
+if TYPE_CHECKING:  # annotations only: the engine never needs transformers itself
+    from transformers import LlamaForCausalLM
 from impl.infinilm.block_manager import BlockManager
 from spec.infinilm.prefix_cache import chain_hashes
 
@@ -115,7 +118,7 @@ class Plant:
 
 def _referenced_page_freed() -> Plant:
     # the block-manager mutant from the bug-injection catalogue (reclaim takes pages held once)
-    from stateful_tests.mutants import ReclaimEvictsReferencedPage
+    from stateful_tests.mutants_infinilm import ReclaimEvictsReferencedPage
 
     return Plant(block_manager=ReclaimEvictsReferencedPage)
 
@@ -168,7 +171,7 @@ class PagedRun:
 class Engine:
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: LlamaForCausalLM,
         workload: WorkloadSpec,
         *,
         backend: str = "gather",
@@ -187,8 +190,9 @@ class Engine:
             layers=cfg.num_hidden_layers,
             pages=workload.num_pages,
             page_size=workload.page_size,
-            kv_heads=cfg.num_key_value_heads,
-            head_dim=cfg.head_dim,
+            # LlamaConfig types these ``int | None``; its __post_init__ replaces the None defaults
+            kv_heads=cast(int, cfg.num_key_value_heads),
+            head_dim=cast(int, cfg.head_dim),
             dtype=model.dtype,
             device=self.device,
         )

@@ -143,7 +143,10 @@ def _run(
     bf16_result: dict[str, Any] | None = None
     if use_bf16:
         log("bf16: dense and paged, teacher-forced with the fp32 oracle's tokens")
-        model16 = copy.deepcopy(model).to(torch.bfloat16)
+        model16 = copy.deepcopy(model)
+        # casts in place; typeshed's ``functools._Wrapped`` (``PreTrainedModel.to`` is
+        # ``@wraps``-decorated) does not bind ``self`` on instance access, hence the ignore
+        model16.to(torch.bfloat16)  # type: ignore[arg-type]
         forced = dense.tokens
         dense16 = oracle.dense_reference(model16, paged.prompts, max_new, forced)
         bf16_result = {}
@@ -263,7 +266,7 @@ def _err(value: float | None, runs: list[dict[str, Any]]) -> str:
     return f"non-finite logits ({sum(r.get('nonfinite_logits', 0) for r in runs)})"
 
 
-def _table(doc: dict[str, Any], write: Callable[[str], None]) -> None:
+def _table(doc: dict[str, Any], write: Callable[[str], object]) -> None:
     model = doc["model"]
     rows = [
         ("device", f"{doc['device']} ({doc['device_name']})"),

@@ -3,10 +3,13 @@ exercise the paths that matter, bite every planted offload bug, and keep the CLI
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import types
+from collections import Counter
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,9 @@ from kvspec.cli import main
 from spec.vllm import Key
 from spec.vllm.offload_manager import VARIANTS
 from spec.vllm.offload_manager import CPUOffloadingManager as SpecManager
-from stateful_tests import profiles
-from stateful_tests.lockstep import load_trace, save_trace
+from stateful_tests import checker, profiles, vllm_offload
+from stateful_tests.checker import Example
+from stateful_tests.lockstep import invoke, load_trace, save_trace
 from stateful_tests.vllm_offload import OPERATIONS
 
 COMPONENTS = {"vllm-arc": "arc", "vllm-lru": "lru"}
@@ -366,3 +370,74 @@ def test_target_vllm_goes_through_the_adapter(
         capsys, "fuzz", "vllm-arc", "--target", "vllm", "--variant", "t1_fallback", "--no-shrink"
     )
     assert rc == 1 and doc["counterexample"]["check"] == "return_value"
+
+
+# ----------------------------------------------------------------------------- spec vs impl at every capacity
+# spec vs impl through the offload components' own checker (equal results, exception kinds and
+# snapshots after every call; invariants; atomic failures), at capacities 1..6 in every variant.
+LOCKSTEP_PATHS = {
+    "path:eviction",
+    "path:failed_eviction",
+    "path:guard_fast_fail",
+    "raise:prepare_store:InvalidArgument",
+    "raise:prepare_load:OffloadStateError",
+    "raise:complete_load:OffloadStateError",
+}
+
+
+@pytest.mark.parametrize(
+    ("component", "variant"),
+    [
+        ("vllm-arc", "no_fallback"),
+        ("vllm-arc", "t1_fallback"),
+        ("vllm-lru", "v1"),
+        ("vllm-lru", "v2"),
+    ],
+)
+def test_seeded_lockstep_spec_vs_impl(component: str, variant: str) -> None:
+    comp = components.get(component)
+    coverage: Counter[str] = Counter()
+    for capacity in range(1, 7):
+        for threshold in (1, 2):
+            config = {"num_blocks": capacity, "num_keys": 2 * capacity + 3}
+            config |= {"store_threshold": threshold, "max_tracker_size": 2 * capacity + 2}
+            example = Example(capacity * 10 + threshold, steps=2_000, config=config)
+            result = comp.run_example(ImplManager, "impl", example, variant=variant)
+            assert result.passed, result.failure
+            coverage.update(result.coverage)
+    wanted = LOCKSTEP_PATHS | ({"path:ghost_hit_b1"} if component == "vllm-arc" else set())
+    wanted |= {"path:t1_fallback_pick"} if variant == "t1_fallback" else set()
+    assert wanted <= set(coverage), wanted - set(coverage)
+
+
+def test_t1_fallback_only_ever_turns_a_failed_store_into_a_success() -> None:
+    """#55461 (§2.3 facts): a ``prepare_store`` that the fallback variant answers differently from
+    the same state without the fallback is one that failed without it."""
+    seen = Counter()
+
+    class ShadowDriver(vllm_offload.Driver):
+        def call(self, method: str, *args: Any) -> Any:
+            shadow_out = None
+            if method == "prepare_store":
+                shadow = copy.deepcopy(self.spec_h)
+                shadow.m._policy.t1_fallback = False
+                shadow_out = invoke(shadow, method, args)
+            out = super().call(method, *args)
+            if shadow_out is not None and shadow_out.describe() != out.describe():
+                assert shadow_out.raised is None and shadow_out.returned is None, out.describe()
+                seen["changed"] += 1
+            return out
+
+    shadowed = replace(vllm_offload.CHECKER, driver=lambda t, c, o: ShadowDriver(t, c))
+    result = checker.fuzz(
+        "vllm-arc",
+        shadowed,
+        SpecManager,
+        "spec",
+        40_000,
+        3,
+        variant="t1_fallback",
+        options={"policy": "arc"},
+    )
+    assert result.passed, result.failure
+    assert seen["changed"] > 0

@@ -7,9 +7,7 @@ Section numbers refer to docs/vllm.md.
 
 from __future__ import annotations
 
-import copy
 import random
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -732,84 +730,3 @@ def test_snapshots_are_hashable_and_deterministic(make):
     assert isinstance(s, OffloadManagerSnapshot) and hash(s) == hash(m.snapshot())
     assert s.policy.blocks == ((0, b"k1", 0), (1, b"k2", 0))
     assert s.differing_fields(s._replace(free_list=(1,))) == ["free_list"]
-
-
-# ============================================================================= seeded lockstep
-# spec vs impl through the offload components' own checker (equal results, exception kinds and
-# snapshots after every call; invariants; atomic failures), at capacities 1..6 in every variant.
-LOCKSTEP_PATHS = {
-    "path:eviction",
-    "path:failed_eviction",
-    "path:guard_fast_fail",
-    "raise:prepare_store:InvalidArgument",
-    "raise:prepare_load:OffloadStateError",
-    "raise:complete_load:OffloadStateError",
-}
-
-
-@pytest.mark.parametrize(
-    ("component", "variant"),
-    [
-        ("vllm-arc", "no_fallback"),
-        ("vllm-arc", "t1_fallback"),
-        ("vllm-lru", "v1"),
-        ("vllm-lru", "v2"),
-    ],
-)
-def test_seeded_lockstep_spec_vs_impl(component: str, variant: str) -> None:
-    from kvspec import components
-    from stateful_tests.checker import Example
-
-    comp = components.get(component)
-    coverage: Counter[str] = Counter()
-    for capacity in range(1, 7):
-        for threshold in (1, 2):
-            config = {"num_blocks": capacity, "num_keys": 2 * capacity + 3}
-            config |= {"store_threshold": threshold, "max_tracker_size": 2 * capacity + 2}
-            example = Example(capacity * 10 + threshold, steps=2_000, config=config)
-            result = comp.run_example(
-                impl_om.CPUOffloadingManager, "impl", example, variant=variant
-            )
-            assert result.passed, result.failure
-            coverage.update(result.coverage)
-    wanted = LOCKSTEP_PATHS | ({"path:ghost_hit_b1"} if component == "vllm-arc" else set())
-    wanted |= {"path:t1_fallback_pick"} if variant == "t1_fallback" else set()
-    assert wanted <= set(coverage), wanted - set(coverage)
-
-
-def test_t1_fallback_only_ever_turns_a_failed_store_into_a_success() -> None:
-    """#55461 (§2.3 facts): a ``prepare_store`` that the fallback variant answers differently from
-    the same state without the fallback is one that failed without it."""
-    from dataclasses import replace
-
-    from stateful_tests import checker, vllm_offload
-    from stateful_tests.lockstep import invoke
-
-    seen = Counter()
-
-    class ShadowDriver(vllm_offload.Driver):
-        def call(self, method: str, *args: Any) -> Any:
-            shadow_out = None
-            if method == "prepare_store":
-                shadow = copy.deepcopy(self.spec_h)
-                shadow.m._policy.t1_fallback = False
-                shadow_out = invoke(shadow, method, args)
-            out = super().call(method, *args)
-            if shadow_out is not None and shadow_out.describe() != out.describe():
-                assert shadow_out.raised is None and shadow_out.returned is None, out.describe()
-                seen["changed"] += 1
-            return out
-
-    shadowed = replace(vllm_offload.CHECKER, driver=lambda t, c, o: ShadowDriver(t, c))
-    result = checker.fuzz(
-        "vllm-arc",
-        shadowed,
-        spec_om.CPUOffloadingManager,
-        "spec",
-        40_000,
-        3,
-        variant="t1_fallback",
-        options={"policy": "arc"},
-    )
-    assert result.passed, result.failure
-    assert seen["changed"] > 0
