@@ -153,6 +153,7 @@ class Component:
             settings,
             variant=self.check_variant(variant),
             options=self.options(**options),
+            variants=self.variants,
         )
 
     def fuzz(

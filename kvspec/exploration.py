@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,12 +27,11 @@ from kvspec.output import (
     OUT,
     TRACE_DIR,
     UsageError,
-    could_not_run,
     emit,
     print_counterexample,
     status_line,
 )
-from kvspec.targets import TargetError, load_target
+from kvspec.targets import load_target
 
 
 def _bound_fields() -> dict[str, tuple[dataclasses.Field[Any], list[str], str]]:
@@ -272,19 +270,3 @@ def verify_stage(quick: bool = False) -> tuple[str, str]:
             )
         parts.append(f"{comp.name} {doc['distinct_states']:,}")
     return "pass", "complete, no violation; states: " + ", ".join(parts)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m kvspec.exploration COMPONENT …`` (the same as ``kvspec explore``)."""
-    parser = argparse.ArgumentParser(prog="kvspec")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["explore", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        code: int = args.func(args)
-    except (TargetError, UsageError, ComponentError) as exc:
-        return could_not_run(exc)
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

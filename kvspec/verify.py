@@ -48,70 +48,64 @@ def _timed(name: str, body: StageBody) -> Stage:
     return Stage(name, status, time.perf_counter() - started, summary)
 
 
-def _failure(prefix: str, r: Any) -> tuple[str, str]:
-    detail = f"{r.failure.check}: {r.failure.detail}" if r.failure else "failed"
-    return "fail", f"{prefix}{detail}"
-
-
-def _variants(comp: Component) -> list[str | None]:
-    return list(comp.variants) or [None]
-
-
-def _check(comp: Component) -> StageBody:
-    """The hypothesis machine against the impl, once per variant."""
+def _per_variant(
+    comp: Component, run: Callable[[Any, str, str | None], Any], describe: Callable[[Any], str]
+) -> StageBody:
+    """A stage running ``run(impl class, label, variant)`` once per variant (or once), failing at
+    the first failed run; the summary is ``describe(result)`` per variant."""
 
     def body() -> tuple[str, str]:
-        from hypothesis import settings
-
         from kvspec.targets import load_target
-        from stateful_tests import profiles
-        from stateful_tests.profiles import shrink_budget
 
         label, cls = load_target(comp.name, "impl")
-        base = profiles.get("ci")
-        chosen = (
-            base
-            if comp.verify.check_examples is None
-            else settings(base, max_examples=comp.verify.check_examples)
-        )
         parts = []
-        for variant in _variants(comp):
-            with shrink_budget(30):
-                r = comp.check(cls, label, chosen, variant=variant)
+        variants: list[str | None] = [*comp.variants] or [None]
+        for variant in variants:
+            r = run(cls, label, variant)
+            prefix = f"{variant} " if variant else ""
             if not r.passed:
-                return _failure(f"{variant}: " if variant else "", r)
-            rules = sum(1 for k in r.coverage if k.startswith("rule:"))
-            parts.append(
-                (f"{variant} " if variant else "")
-                + f"{r.examples} programs/{r.steps:,} calls/{rules} rules"
-            )
+                detail = f"{r.failure.check}: {r.failure.detail}" if r.failure else "failed"
+                return "fail", prefix + detail
+            parts.append(prefix + describe(r))
         return "pass", "; ".join(parts)
 
     return body
+
+
+def _check(comp: Component) -> StageBody:
+    """The hypothesis machine (and explicit programs) against the impl, once per variant."""
+    from hypothesis import settings
+
+    from stateful_tests import profiles
+    from stateful_tests.profiles import shrink_budget
+
+    base = profiles.get("ci")
+    n = comp.verify.check_examples
+    chosen = base if n is None else settings(base, max_examples=n)
+
+    def run(cls: Any, label: str, variant: str | None) -> Any:
+        with shrink_budget(30):
+            return comp.check(cls, label, chosen, variant=variant)
+
+    def describe(r: Any) -> str:
+        rules = sum(1 for k in r.coverage if k.startswith("rule:"))
+        return f"{r.examples} programs/{r.steps:,} calls/{rules} rules"
+
+    return _per_variant(comp, run, describe)
 
 
 def _fuzz(comp: Component, quick: bool) -> StageBody:
     """The seeded fuzzer against the impl, once per variant (seed 0)."""
+    ops = comp.verify.fuzz_ops[0 if quick else 1]
 
-    def body() -> tuple[str, str]:
-        from kvspec.targets import load_target
+    def describe(r: Any) -> str:
+        rate = r.steps / r.seconds if r.seconds else 0.0
+        paths = sum(1 for k in r.coverage if k.startswith("path:"))
+        return f"{r.steps:,} calls at {rate:,.0f}/s, {paths} paths"
 
-        label, cls = load_target(comp.name, "impl")
-        ops = comp.verify.fuzz_ops[0 if quick else 1]
-        parts = []
-        for variant in _variants(comp):
-            r = comp.fuzz(cls, label, ops, 0, variant=variant)
-            if not r.passed:
-                return _failure(f"{variant}: " if variant else "", r)
-            rate = r.steps / r.seconds if r.seconds else 0.0
-            paths = sum(1 for k in r.coverage if k.startswith("path:"))
-            parts.append(
-                (f"{variant} " if variant else "")
-                + f"{r.steps:,} calls at {rate:,.0f}/s, {paths} paths"
-            )
-        return "pass", "; ".join(parts)
-
-    return body
+    return _per_variant(
+        comp, lambda cls, label, v: comp.fuzz(cls, label, ops, 0, variant=v), describe
+    )
 
 
 def _mutants(budget: float) -> StageBody:

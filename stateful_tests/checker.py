@@ -227,9 +227,12 @@ def check(
     *,
     variant: str | None = None,
     options: Options | None = None,
+    variants: Sequence[str] = (),
 ) -> RunResult:
     """Run the lockstep machine under ``settings``, then the explicit programs; the first failure
-    (hypothesis' shrunk program, or the explicit program's trace) with its trace."""
+    (hypothesis' shrunk program, or the explicit program's trace) with its trace. With a drawn
+    variant (``None``) the explicit programs run once per variant of ``variants`` (a drawn one
+    would change every later draw of a seeded program)."""
     from hypothesis.reporting import with_reporter
     from hypothesis.stateful import run_state_machine_as_test
 
@@ -258,7 +261,10 @@ def check(
     if failure is not None and machine.last_driver is not None:
         result.trace = _trace(component, target, machine.last_driver, failure)
     if result.passed:
-        _run_examples(component, checker, target_cls, target, variant, opts, result)
+        for run_variant in [variant] if variant is not None or not variants else variants:
+            _run_examples(component, checker, target_cls, target, run_variant, opts, result)
+            if not result.passed:
+                break
     result.seconds = time.perf_counter() - started
     return result
 

@@ -89,6 +89,7 @@ ARC_PATHS = {
     "path:t1_victim",
     "path:t2_victim",
     "path:t2_pick_above_target",  # T1's iterator exhausted while its virtual size >= target
+    "path:victim_after_t2_pick_above_target",  # ... after a T1 victim, with more to come
 }
 
 

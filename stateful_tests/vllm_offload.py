@@ -168,23 +168,61 @@ def arc_selection_paths(
     """Which ARC selection rules produced ``victims`` from state ``p`` (coverage, §2.3, §8).
 
     ``t2_pick_above_target``: a T2 victim while the virtual T1 size was still >= int(target) (T1's
-    iterator exhausted, the #50992 scenario); ``t1_fallback_pick``: a T1 victim taken after T2 had
-    no eligible entry left (#55461 only).
+    iterator exhausted, the #50992 scenario), and ``victim_after_t2_pick_above_target`` when the
+    same call had already taken a T1 victim and needed more after it (where a restarted T1
+    iterator would pick that T1 victim twice); ``t1_fallback_pick``: a T1 victim taken after T2
+    had no eligible entry left (#55461 only).
     """
     refs = {k: r for _, k, r in p.blocks}
     t1_left = [k for k in p.t1 if refs[k] == 0 and k not in protected]
     t2_left = [k for k in p.t2 if refs[k] == 0 and k not in protected]
-    virtual, paths = len(p.t1), set()
-    for key in victims:
+    virtual, paths, t1_picked = len(p.t1), set(), False
+    for i, key in enumerate(victims):
         above = virtual >= int(p.target_t1_size)
         if t1_left and key == t1_left[0]:
             t1_left.pop(0)
             virtual -= 1
+            t1_picked = True
             paths.add("t1_victim" if above else "t1_fallback_pick")
         elif t2_left and key == t2_left[0]:
             t2_left.pop(0)
             paths.add("t2_pick_above_target" if above else "t2_victim")
+            if above and t1_picked and i < len(victims) - 1:
+                paths.add("victim_after_t2_pick_above_target")
     return paths
+
+
+def call_invariants(
+    method: str,
+    args: Sequence[Any],
+    before: OffloadManagerSnapshot,
+    after: OffloadManagerSnapshot,
+    returned: Any,
+    raised: BaseException | None,
+    store_threshold: int,
+) -> tuple[str, str] | None:
+    """``no_live_eviction`` and ``atomic_failure`` for one call on one side's snapshots (the
+    input keys that pass the store threshold are protected by ``prepare_store``)."""
+    if method == "reset_cache":
+        return None
+    failed_store = raised is None and method == "prepare_store" and returned is None
+    if failed_store and inv.atomic_failure(before, after):
+        changed = before.differing_fields(after)
+        return "atomic_failure", f"prepare_store returned None but changed {changed}"
+    protected: list[Any] = []
+    released: list[Any] = []
+    if method == "prepare_store":
+        protected = _store_keys(before, args[0], store_threshold)
+    elif method == "complete_store" and not args[1]:
+        released = list(args[0])
+    problem = inv.offload_no_live_eviction(
+        before,
+        after,
+        may_evict=method == "prepare_store",
+        protected=protected,
+        released=released,
+    )
+    return None if problem is None else ("no_live_eviction", problem)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -223,7 +261,9 @@ class Driver:
         except Divergence as exc:
             raise self._explain(exc, method, args, before) from None
         after = self.ls.after
-        problem = self._call_invariants(method, args, before, after, out.returned, out.raised)
+        problem = call_invariants(
+            method, args, before, after, out.returned, out.raised, self.config.store_threshold
+        )
         if problem is not None:
             raise self.ls.fail(*problem)
         self._check_counter()
@@ -250,37 +290,6 @@ class Driver:
         if problem:
             raise self.ls.fail("evictable_counter_matches_scan", problem)
 
-    def _call_invariants(
-        self,
-        method: str,
-        args: Sequence[Any],
-        before: OffloadManagerSnapshot,
-        after: OffloadManagerSnapshot,
-        returned: Any,
-        raised: BaseException | None,
-    ) -> tuple[str, str] | None:
-        """``no_live_eviction`` and ``atomic_failure`` for one call on one side's snapshots."""
-        if method == "reset_cache":
-            return None
-        failed_store = raised is None and method == "prepare_store" and returned is None
-        if failed_store and inv.atomic_failure(before, after):
-            changed = before.differing_fields(after)
-            return "atomic_failure", f"prepare_store returned None but changed {changed}"
-        protected: list[Any] = []
-        released: list[Any] = []
-        if method == "prepare_store":
-            protected = _store_keys(before, args[0], self.config.store_threshold)
-        elif method == "complete_store" and not args[1]:
-            released = list(args[0])
-        problem = inv.offload_no_live_eviction(
-            before,
-            after,
-            may_evict=method == "prepare_store",
-            protected=protected,
-            released=released,
-        )
-        return None if problem is None else ("no_live_eviction", problem)
-
     def _explain(
         self, exc: Divergence, method: str, args: Sequence[Any], before: OffloadManagerSnapshot
     ) -> Divergence:
@@ -298,8 +307,14 @@ class Driver:
             method == "prepare_store" and step.spec.returned is None
         ):
             checks.append(("atomic_failure", inv.atomic_failure(before, target_snap)))
-        found = self._call_invariants(
-            method, args, before, target_snap, step.target.returned, step.target.raised
+        found = call_invariants(
+            method,
+            args,
+            before,
+            target_snap,
+            step.target.returned,
+            step.target.raised,
+            self.config.store_threshold,
         )
         if found is not None:
             checks.insert(0, found)
@@ -625,9 +640,11 @@ CHECKER = CheckerDef(
     episode_ops=300,
     options=("policy",),
     # full 3-block caches, with and without the store threshold: ghost hits in B1 and B2, T2
-    # victims, the T1 fallback, failed stores and evictions, every bad input
+    # victims, the T1 fallback, failed stores and evictions, every bad input, and a T1 victim then
+    # a T2 pick above the target then another victim in one call
     examples=(
         Example(2, steps=150, config={"num_blocks": 3, "num_keys": 7, "store_threshold": 1}),
+        Example(33, steps=150, config={"num_blocks": 3, "num_keys": 9, "store_threshold": 1}),
         Example(
             10,
             steps=100,

@@ -20,6 +20,7 @@ from impl.infinilm.scheduler import Scheduler as ImplScheduler
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplManager
 from kvspec import components, kill_matrix
 from kvspec import exploration as cli_explore
+from kvspec.cli import main
 from proofs.explorer import (
     BlockManagerBounds,
     BlockManagerModel,
@@ -197,7 +198,7 @@ def test_depth_bound_reports_incomplete() -> None:
 
 # ----------------------------------------------------------------------------- the CLI
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    rc = cli_explore.main(list(argv))
+    rc = main(["explore", *argv])
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -219,8 +220,6 @@ def test_cli_json_document_and_exit_status(
 def test_cli_counterexample_is_saved_and_kvspec_replay_fails_the_same_way(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvspec.cli import main
-
     monkeypatch.chdir(tmp_path)
     rc, out, _ = run_cli(
         capsys, BM, "--pages", "3", "--tokens", "3", "--target", "mutant:lifo_free_list", "--json"
@@ -257,8 +256,6 @@ def test_cli_could_not_run_is_one_line_and_exit_2(
 
 
 def test_kvspec_explore_is_a_cli_command(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvspec.cli import main
-
     rc = main(["explore", "vllm-lru", "--capacity", "1", "--keys", "2", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["complete"] and doc["bounds"]["variants"] == ["v2", "v1"]

@@ -257,23 +257,17 @@ class OffloadModel(Model):
     def edge_checks(
         self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
     ) -> Check | None:
-        method, args = edge.method, edge.args
-        if method == "prepare_store" and spec_out.raised is None and spec_out.returned is None:
-            problem = inv.atomic_failure(before, snap)
-            if problem:
-                return "atomic_failure", f"prepare_store returned None: {problem}"
-        if method != "reset_cache":
-            protected = list(args[0]) if method == "prepare_store" else []
-            released = list(args[0]) if method == "complete_store" and not args[1] else []
-            problem = inv.offload_no_live_eviction(
-                before,
-                snap,
-                may_evict=method == "prepare_store",
-                protected=protected,
-                released=released,
-            )
-            if problem:
-                return "no_live_eviction", problem
+        found = vllm_offload.call_invariants(
+            edge.method,
+            edge.args,
+            before,
+            snap,
+            spec_out.returned,
+            spec_out.raised,
+            self.config.store_threshold,
+        )
+        if found is not None:
+            return found
         counter = getattr(target.m, "_num_evictable_cache_blocks", None)
         if isinstance(counter, int):
             problem = inv.evictable_counter_matches_scan(snap, counter)
