@@ -101,11 +101,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"checking {component} against target {label} (hypothesis profile {args.profile})"
         )
     with shrink_budget(args.shrink_seconds):
-        result = comp.check(cls, label, settings, variant=variant, **options)
+        result = comp.check(cls, label, settings, variant=variant, inputs=args.inputs, **options)
     cx = _counterexample(result, comp, cls, 10.0, options=options)
     document = {
         "component": component,
         "target": label,
+        "inputs": args.inputs,
         "examples": result.examples,
         "steps": result.steps,
         "passed": result.passed,
@@ -132,12 +133,20 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     label, cls = load_target(component, args.target)
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
         result = comp.fuzz(
-            cls, label, args.ops, args.seed, variant=variant, progress=update, **options
+            cls,
+            label,
+            args.ops,
+            args.seed,
+            variant=variant,
+            progress=update,
+            inputs=args.inputs,
+            **options,
         )
     cx = _counterexample(result, comp, cls, 0.0 if args.no_shrink else 10.0, options=options)
     document = {
         "component": component,
         "target": label,
+        "inputs": args.inputs,
         "ops": result.steps,
         "seed": args.seed,
         "seconds": round(result.seconds, 3),
@@ -168,11 +177,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     component = comp.name
     options = components.options_of(comp, vars(args))
     label, cls = load_target(component, args.target or document["target"])
-    result = comp.replay(document, cls, label, **options)
+    result = comp.replay(document, cls, label, inputs=args.inputs, **options)
     cx = _counterexample(result, comp, save=False)
     out = {
         "component": component,
         "target": label,
+        "inputs": args.inputs or document.get("inputs", "all"),
         "examples": 1,
         "steps": result.steps,
         "passed": result.passed,
@@ -337,6 +347,20 @@ def _flags(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument(f"--{flag}", action="store_true", help=f"{owners}: {what}{text}")
 
 
+def _inputs(p: argparse.ArgumentParser, default: str | None) -> None:
+    """``--inputs well-formed|all``: the alphabet (``None``: the trace's own)."""
+    from stateful_tests.checker import INPUTS
+
+    p.add_argument(
+        "--inputs",
+        choices=INPUTS,
+        default=default,
+        help="well-formed: leave out the bad-input operations, for a target that does not share "
+        "the spec's contract on bad input (kvspec audit reports that contract); default "
+        + (default or "the trace's own"),
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvspec",
@@ -358,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help=target_help)
     p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
     p.add_argument("--variant", help=f"{variants} (default: drawn per run)")
+    _inputs(p, "all")
     _flags(p, "")
     p.add_argument(
         "--shrink-seconds",
@@ -376,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-shrink", action="store_true", help="keep the raw failing episode")
     p.add_argument("--variant", help=f"{variants} (default: drawn per episode)")
+    _inputs(p, "all")
     _flags(p, "")
     p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
     p.add_argument("--json", action="store_true")
@@ -384,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="re-run a saved counterexample trace")
     p.add_argument("trace", help="a trace file written by check or fuzz")
     p.add_argument("--target", help="override the trace's target")
+    _inputs(p, None)
     _flags(p, "re-check: ")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_replay)

@@ -140,6 +140,7 @@ class Component:
         settings: Any,
         *,
         variant: str | None = None,
+        inputs: str = "all",
         **options: Any,
     ) -> RunResult:
         """The hypothesis lockstep machine (and the explicit programs) under ``settings``."""
@@ -153,6 +154,7 @@ class Component:
             settings,
             variant=self.check_variant(variant),
             options=self.options(**options),
+            inputs=inputs,
             variants=self.variants,
         )
 
@@ -166,6 +168,7 @@ class Component:
         variant: str | None = None,
         progress: Callable[[int], None] | None = None,
         episode_ops: int | None = None,
+        inputs: str = "all",
         **options: Any,
     ) -> RunResult:
         """Seeded differential fuzzing until ``ops`` lockstep calls."""
@@ -180,6 +183,7 @@ class Component:
             seed,
             variant=self.check_variant(variant),
             options=self.options(**options),
+            inputs=inputs,
             episode_ops=episode_ops,
             progress=progress,
         )
@@ -189,9 +193,12 @@ class Component:
         document: Mapping[str, Any],
         target_cls: Callable[..., Any],
         target: str,
+        *,
+        inputs: str | None = None,
         **options: Any,
     ) -> RunResult:
-        """Re-run a saved trace on a fresh spec and ``target``."""
+        """Re-run a saved trace on a fresh spec and ``target`` (``inputs``: the trace's own unless
+        given; ``well-formed`` leaves its bad-input calls out)."""
         from stateful_tests import checker
 
         return checker.replay(
@@ -201,6 +208,7 @@ class Component:
             target_cls,
             target,
             options=self.options(**options),
+            inputs=inputs,
         )
 
     def shrink(
@@ -210,9 +218,11 @@ class Component:
         target: str,
         *,
         budget_seconds: float = 10.0,
+        same_operation: bool = False,
         **options: Any,
     ) -> dict[str, Any]:
-        """Delta-debug a failing trace for at most ``budget_seconds``."""
+        """Delta-debug a failing trace for at most ``budget_seconds``, keeping its check and the
+        input class of its failing call (with ``same_operation``, also that call's operation)."""
         from stateful_tests import checker
 
         return checker.shrink(
@@ -223,6 +233,7 @@ class Component:
             target,
             budget_seconds=budget_seconds,
             options=self.options(**options),
+            same_operation=same_operation,
         )
 
     def run_example(
@@ -232,6 +243,7 @@ class Component:
         example: Example,
         *,
         variant: str | None = None,
+        inputs: str = "all",
         **options: Any,
     ) -> RunResult:
         """One explicit program (a seeded, scripted run on a chosen configuration)."""
@@ -245,6 +257,7 @@ class Component:
             example,
             variant=self.check_variant(variant),
             options=self.options(**options),
+            inputs=inputs,
         )
 
     def mutant_options(self, m: Mutant) -> dict[str, Any]:

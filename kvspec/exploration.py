@@ -32,6 +32,10 @@ from kvspec.output import (
     status_line,
 )
 from kvspec.targets import load_target
+from stateful_tests.checker import INPUTS
+
+# bounds set by other options: the variant by --variant, the bad-input alphabet by --inputs
+_NOT_OPTIONS = ("variant", "bad_inputs")
 
 
 def _bound_fields() -> dict[str, tuple[dataclasses.Field[Any], list[str], str]]:
@@ -43,7 +47,7 @@ def _bound_fields() -> dict[str, tuple[dataclasses.Field[Any], list[str], str]]:
         bounds_cls = resolve(comp.explorer.bounds)
         help_texts = getattr(bounds_cls, "HELP", {})
         for f in dataclasses.fields(bounds_cls):
-            if f.name == "variant":
+            if f.name in _NOT_OPTIONS:
                 continue
             owners = found.setdefault(f.name, (f, [], help_texts.get(f.name, f.name)))[1]
             owners.append(comp.name)
@@ -78,6 +82,12 @@ def add_parser(subparsers: Any) -> None:
         help="stop at N distinct states (memory bound; default 1,000,000)",
     )
     p.add_argument("--time-limit", type=float, help="stop after S seconds")
+    p.add_argument(
+        "--inputs",
+        choices=INPUTS,
+        default="all",
+        help="well-formed: leave rejected inputs out of the alphabet (default all)",
+    )
     group = p.add_argument_group("bounds (each applies to the components named)")
     for name, (f, owners, text) in _bound_fields().items():
         flag = _flag(name, f)
@@ -131,6 +141,7 @@ def explore_component(
     deadline: float | None = None,
     progress: Callable[[str, int, int, int], None] | None = None,
     save_dir: Any = None,
+    inputs: str = "all",
 ) -> Any:
     """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given)."""
     from proofs import explorer
@@ -151,6 +162,7 @@ def explore_component(
         deadline=deadline,
         progress=progress,
         save_dir=save_dir,
+        inputs=inputs,
     )
 
 
@@ -170,6 +182,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
         raise UsageError(f"--time-limit must be positive, got {args.time_limit}")
     overrides = _overrides(args, comp)
     bounds_cls = resolve(comp.explorer.bounds)
+    if args.inputs == "well-formed" and "bad_inputs" in explorer.bound_names(bounds_cls):
+        overrides["bad_inputs"] = False
     chosen = [variant] if variant else list(comp.variants or ("",))
     try:  # bounds first: a bad bound is a usage error even before the target loads
         for v in chosen:
@@ -198,10 +212,11 @@ def cmd_explore(args: argparse.Namespace) -> int:
                 deadline=deadline,
                 progress=update,
                 save_dir=TRACE_DIR,
+                inputs=args.inputs,
             )
     except explorer.ExplorerUnsupported as exc:
         raise UsageError(str(exc)) from None
-    document = result.to_json()
+    document = {**result.to_json(), "inputs": args.inputs}
     if args.json:
         emit(document, True)
     else:

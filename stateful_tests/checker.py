@@ -50,6 +50,16 @@ from stateful_tests.lockstep import (
 
 Options = Mapping[str, Any]
 
+INPUTS = ("all", "well-formed")
+"""The two alphabets: every operation, or only those a well-formed caller makes (for targets that
+are not meant to share the spec's contract on bad input; ``kvspec audit`` reports that contract)."""
+
+
+def check_inputs(inputs: str) -> str:
+    if inputs not in INPUTS:
+        raise ValueError(f"unknown --inputs {inputs!r}; choose one of {', '.join(INPUTS)}")
+    return inputs
+
 
 @dataclass(frozen=True)
 class Operation:
@@ -59,6 +69,7 @@ class Operation:
     name: str
     weight: int
     enabled: Callable[[Any], bool] = lambda facts: True
+    bad: bool = False  # a bad-input operation: left out with ``inputs="well-formed"``
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,12 @@ class CheckerDef:
     def rows(self) -> tuple[str, ...]:
         return tuple(op.name for op in self.operations)
 
+    def table(self, inputs: str = "all") -> tuple[Operation, ...]:
+        """The operations of one alphabet (``all``, or ``well-formed``: no bad-input rows)."""
+        if check_inputs(inputs) == "all":
+            return self.operations
+        return tuple(op for op in self.operations if not op.bad)
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -128,7 +145,7 @@ class Mutant:
 # ----------------------------------------------------------------------------- hypothesis machine
 def _rule(op: Operation, facts: Callable[[Any], Any]) -> Callable[..., None]:
     def run(self: Any, data: st.DataObject) -> None:
-        self.run_operation(op.name, data)
+        self.run_operation(op, data)
 
     run.__name__ = run.__qualname__ = op.name
     return precondition(lambda self: bool(op.enabled(facts(self.d))))(rule(data=st.data())(run))
@@ -153,14 +170,14 @@ class LockstepMachine(RuleBasedStateMachine):
     coverage: Counter[str]
     d: Any
 
-    def run_operation(self, name: str, data: st.DataObject) -> None:
+    def run_operation(self, op: Operation, data: st.DataObject) -> None:
         before = len(self.d.steps)
         try:
-            getattr(self.d, name)(DataChooser(data))
+            run_op(self.d, op, DataChooser(data))
         finally:
             cls = type(self)
             cls.steps_run += len(self.d.steps) - before
-            cls.coverage[f"rule:{name}"] += 1
+            cls.coverage[f"rule:{op.name}"] += 1
 
     def teardown(self) -> None:
         if getattr(self, "d", None) is not None:
@@ -175,6 +192,7 @@ def make_machine(
     *,
     seed_label: str,
     derandomize: bool = True,
+    inputs: str = "all",
 ) -> type[LockstepMachine]:
     """The lockstep ``RuleBasedStateMachine`` of ``checker`` against ``target_cls``.
 
@@ -199,13 +217,14 @@ def make_machine(
         "__module__": __name__,
         "__qualname__": checker.machine_name,
     }
-    for op in checker.operations:
+    table = checker.table(inputs)
+    for op in table:
         namespace[op.name] = _rule(op, checker.facts)
     for name in checker.invariants:
         namespace[name] = _invariant(name)
     machine = type(checker.machine_name, (LockstepMachine,), namespace)
     if derandomize:
-        label = f"{seed_label}|{'|'.join(checker.rows())}"
+        label = f"{seed_label}|{'|'.join(op.name for op in table)}"
         machine._hypothesis_internal_use_seed = zlib.crc32(label.encode())  # type: ignore[attr-defined]
     return machine
 
@@ -214,8 +233,21 @@ def _to_stderr(text: object) -> None:
     sys.stderr.write(f"{text}\n")
 
 
-def _trace(component: str, target: str, driver: Any, failure: Divergence) -> dict[str, Any]:
-    return trace_document(component, target, driver.config.to_json(), failure.steps, failure)
+def run_op(d: Any, op: Operation, chooser: Chooser) -> None:
+    """Run one operation of the table on driver ``d``; the calls it makes are tagged with it."""
+    d.ls.op, d.ls.bad = op.name, op.bad
+    try:
+        getattr(d, op.name)(chooser)
+    finally:
+        d.ls.op, d.ls.bad = None, False
+
+
+def _trace(
+    component: str, target: str, driver: Any, failure: Divergence, inputs: str
+) -> dict[str, Any]:
+    return trace_document(
+        component, target, driver.config.to_json(), failure.steps, failure, inputs=inputs
+    )
 
 
 def check(
@@ -228,6 +260,7 @@ def check(
     variant: str | None = None,
     options: Options | None = None,
     variants: Sequence[str] = (),
+    inputs: str = "all",
 ) -> RunResult:
     """Run the lockstep machine under ``settings``, then the explicit programs; the first failure
     (hypothesis' shrunk program, or the explicit program's trace) with its trace. With a drawn
@@ -238,7 +271,13 @@ def check(
 
     opts = dict(options or {})
     machine = make_machine(
-        checker, target_cls, variant, opts, seed_label=component, derandomize=settings.derandomize
+        checker,
+        target_cls,
+        variant,
+        opts,
+        seed_label=component,
+        derandomize=settings.derandomize,
+        inputs=inputs,
     )
     started = time.perf_counter()
     failure: Divergence | None = None
@@ -259,38 +298,32 @@ def check(
         failure,
     )
     if failure is not None and machine.last_driver is not None:
-        result.trace = _trace(component, target, machine.last_driver, failure)
+        result.trace = _trace(component, target, machine.last_driver, failure, inputs)
     if result.passed:
         for run_variant in [variant] if variant is not None or not variants else variants:
-            _run_examples(component, checker, target_cls, target, run_variant, opts, result)
+            for example in checker.examples:
+                if example.variants and run_variant not in (None, *example.variants):
+                    continue
+                run = run_example(
+                    component,
+                    checker,
+                    target_cls,
+                    target,
+                    example,
+                    variant=run_variant,
+                    options=opts,
+                    inputs=inputs,
+                )
+                result.examples += 1
+                result.steps += run.steps
+                result.coverage = dict(Counter(result.coverage) + Counter(run.coverage))
+                if not run.passed:
+                    result.passed, result.failure, result.trace = False, run.failure, run.trace
+                    break
             if not result.passed:
                 break
     result.seconds = time.perf_counter() - started
     return result
-
-
-def _run_examples(
-    component: str,
-    checker: CheckerDef,
-    target_cls: Callable[..., Any],
-    target: str,
-    variant: str | None,
-    options: Options,
-    result: RunResult,
-) -> None:
-    """The checker's explicit programs, in order, until one fails (merged into ``result``)."""
-    for example in checker.examples:
-        if example.variants and variant is not None and variant not in example.variants:
-            continue
-        run = run_example(
-            component, checker, target_cls, target, example, variant=variant, options=options
-        )
-        result.examples += 1
-        result.steps += run.steps
-        result.coverage = dict(Counter(result.coverage) + Counter(run.coverage))
-        if not run.passed:
-            result.passed, result.failure, result.trace = False, run.failure, run.trace
-            return
 
 
 def run_example(
@@ -302,6 +335,7 @@ def run_example(
     *,
     variant: str | None = None,
     options: Options | None = None,
+    inputs: str = "all",
 ) -> RunResult:
     """One explicit program (:class:`Example`) against ``target_cls``: the configuration the
     machine draws from its seed with its ``config`` fields, its scripted ops, then its weighted
@@ -313,19 +347,21 @@ def run_example(
     config = checker.machine_config(chooser, variant, opts)
     if example.config:
         config = checker.config_type(**{**config.to_json(), **example.config})
-    enabled = {op.name: op.enabled for op in checker.operations}
+    table = checker.table(inputs)
+    by_name = {op.name: op for op in checker.operations}
     coverage: Counter[str] = Counter()
     started = time.perf_counter()
     d = checker.driver(target_cls, config, opts)
     failure: Divergence | None = None
     try:
         for name in example.ops:
-            if not enabled[name](checker.facts(d)):
+            op = by_name[name]
+            if op not in table or not op.enabled(checker.facts(d)):
                 coverage[f"example:skipped:{name}"] += 1
                 continue
-            getattr(d, name)(chooser)
+            run_op(d, op, chooser)
             coverage[f"rule:{name}"] += 1
-        _episode(checker, d, chooser, len(d.steps) + example.steps, coverage)
+        _episode(checker, d, chooser, len(d.steps) + example.steps, coverage, table)
     except Divergence as exc:
         failure = exc
     coverage.update(d.coverage)
@@ -337,20 +373,25 @@ def run_example(
         time.perf_counter() - started,
         dict(coverage),
         failure,
-        None if failure is None else _trace(component, target, d, failure),
+        None if failure is None else _trace(component, target, d, failure, inputs),
     )
 
 
 def _episode(
-    checker: CheckerDef, d: Any, chooser: RandomChooser, until: int, coverage: Counter[str]
+    checker: CheckerDef,
+    d: Any,
+    chooser: RandomChooser,
+    until: int,
+    coverage: Counter[str],
+    table: Sequence[Operation],
 ) -> None:
-    """Weighted draws from the enabled rows of the operations table until ``until`` calls."""
-    table, rng = checker.operations, chooser.rng
+    """Weighted draws from the enabled rows of ``table`` until ``until`` calls."""
+    rng = chooser.rng
     while len(d.steps) < until:
         now = checker.facts(d)
         chosen = [op for op in table if op.enabled(now)]
         op = rng.choices(chosen, [op.weight for op in chosen])[0]
-        getattr(d, op.name)(chooser)
+        run_op(d, op, chooser)
         coverage[f"rule:{op.name}"] += 1
 
 
@@ -367,6 +408,7 @@ def fuzz(
     options: Options | None = None,
     episode_ops: int | None = None,
     progress: Callable[[int], None] | None = None,
+    inputs: str = "all",
 ) -> RunResult:
     """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls; each
     step draws one enabled row of the operations table by weight."""
@@ -374,6 +416,7 @@ def fuzz(
     rng = random.Random(seed)
     chooser = RandomChooser(rng)
     per_episode = episode_ops or checker.episode_ops
+    table = checker.table(inputs)
     coverage: Counter[str] = Counter()
     done = episodes = 0
     started = time.perf_counter()
@@ -381,7 +424,7 @@ def fuzz(
         d = checker.driver(target_cls, checker.fuzz_config(chooser, variant, opts), opts)
         episodes += 1
         try:
-            _episode(checker, d, chooser, min(per_episode, ops - done), coverage)
+            _episode(checker, d, chooser, min(per_episode, ops - done), coverage, table)
         except Divergence as exc:
             coverage.update(d.coverage)
             return RunResult(
@@ -392,7 +435,7 @@ def fuzz(
                 time.perf_counter() - started,
                 dict(coverage),
                 exc,
-                _trace(component, target, d, exc),
+                _trace(component, target, d, exc, inputs),
             )
         done += len(d.steps)
         coverage.update(d.coverage)
@@ -410,14 +453,20 @@ def replay(
     target: str,
     *,
     options: Options | None = None,
+    inputs: str | None = None,
 ) -> RunResult:
-    """Re-run a trace's calls on a fresh spec and ``target``, with the checks of the live run."""
+    """Re-run a trace's calls on a fresh spec and ``target``, with the checks of the live run.
+    ``inputs`` (default: the trace's own) ``well-formed`` leaves out the bad-input calls."""
     config = checker.config_type(**document["config"])
+    chosen = check_inputs(inputs or document.get("inputs", "all"))
     started = time.perf_counter()
     d = None
     try:
         d = checker.driver(target_cls, config, dict(options or {}))
         for step in document["steps"]:
+            if chosen == "well-formed" and step.get("bad"):
+                continue
+            d.ls.op, d.ls.bad = step.get("op"), bool(step.get("bad"))
             d.replay_step({**step, "args": decode(step["args"])})
     except Divergence as exc:
         return RunResult(
@@ -427,7 +476,9 @@ def replay(
             len(exc.steps),
             time.perf_counter() - started,
             failure=exc,
-            trace=trace_document(component, target, config.to_json(), exc.steps, exc),
+            trace=trace_document(
+                component, target, config.to_json(), exc.steps, exc, inputs=chosen
+            ),
         )
     steps = len(d.steps) if d is not None else 0
     return RunResult(target, True, 1, steps, time.perf_counter() - started)
@@ -457,6 +508,15 @@ def shrink_steps(
     return best
 
 
+def signature(document: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A failing trace's (operation, input class, check): what shrinking must not change. The
+    operation and input class are those of the failing call (its last step)."""
+    failure = document.get("failure") or {}
+    last = document["steps"][-1] if document.get("steps") else {}
+    op = str(last.get("op") or last.get("method") or "construction")
+    return op, "bad-input" if last.get("bad") else "well-formed", str(failure.get("check"))
+
+
 def shrink(
     component: str,
     checker: CheckerDef,
@@ -466,16 +526,23 @@ def shrink(
     *,
     budget_seconds: float = 10.0,
     options: Options | None = None,
+    same_operation: bool = False,
 ) -> dict[str, Any]:
     """Delete steps from a failing trace (then simplify the survivors with ``checker.simplify``)
-    while it still fails the same check and — unless that check is one of the spec's own
-    properties — still replays cleanly with the spec as its own target, so a shrunk trace never
-    blames the spec's misuse. Recorded generator state (``holders``) is dropped from candidates:
-    deleting a step makes it stale. The shortest failing trace found within ``budget_seconds``."""
-    check_name = (document.get("failure") or {}).get("check")
+    while it still fails the same check on a call of the same input class (a well-formed
+    failure never shrinks into a bad-input one; with ``same_operation``, also of the same
+    operation) and — unless that check is one of the spec's own properties — still replays
+    cleanly with the spec as its own target, so a shrunk trace never blames the spec's misuse.
+    Recorded generator state (``holders``) is dropped from candidates: deleting a step makes it
+    stale. The shortest failing trace found within ``budget_seconds``."""
+    want = signature(document)
     deadline = time.perf_counter() + budget_seconds
     opts = dict(options or {})
-    own_property = check_name in checker.spec_properties
+    own_property = want[2] in checker.spec_properties
+
+    def same(found: Mapping[str, Any]) -> bool:
+        got = signature(found)
+        return got[1:] == want[1:] and (not same_operation or got[0] == want[0])
 
     def attempt(steps: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         candidate = {
@@ -483,7 +550,7 @@ def shrink(
             "steps": [{k: v for k, v in s.items() if k != "holders"} for s in steps],
         }
         result = replay(component, checker, candidate, target_cls, target, options=opts)
-        if result.passed or result.failure is None or result.failure.check != check_name:
+        if result.passed or result.trace is None or not same(result.trace):
             return None
         if not own_property:
             spec_run = replay(component, checker, candidate, checker.spec_cls, "spec", options=opts)

@@ -507,12 +507,12 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("update_blocks_slot", 2, lambda f: f.requests),
     Operation("free_blocks", 12, lambda f: f.holders),
     Operation("release_all", 1, lambda f: f.holders),
-    Operation("bad_double_free", 2, lambda f: f.released),
-    Operation("bad_page_id", 1),
-    Operation("bad_counts", 1),
-    Operation("bad_table_length", 1, lambda f: f.requests),
-    Operation("bad_duplicate_ids", 1, lambda f: f.requests),
-    Operation("bad_republish", 1, lambda f: f.indexed),
+    Operation("bad_double_free", 2, lambda f: f.released, bad=True),
+    Operation("bad_page_id", 1, bad=True),
+    Operation("bad_counts", 1, bad=True),
+    Operation("bad_table_length", 1, lambda f: f.requests, bad=True),
+    Operation("bad_duplicate_ids", 1, lambda f: f.requests, bad=True),
+    Operation("bad_republish", 1, lambda f: f.indexed, bad=True),
 )
 
 

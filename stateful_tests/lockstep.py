@@ -77,6 +77,8 @@ class Step:
     spec: Outcome
     target: Outcome
     holders: list[list[int]] | None = None
+    op: str | None = None  # the operation (row of the operations table) that made the call
+    bad: bool = False  # made by a bad-input operation (``--inputs well-formed`` leaves it out)
 
     def call_text(self) -> str:
         return f"{self.method}({', '.join(json.dumps(encode(a)) for a in self.args)})"
@@ -189,6 +191,9 @@ class Lockstep:
         # snapshot field -> invariant name to report when that field differs
         self.snapshot_checks = dict(snapshot_checks or {})
         self.steps: list[Step] = []
+        # the operation now running (set by the checker plumbing), recorded in every step it makes
+        self.op: str | None = None
+        self.bad = False
         self.before = reader(spec)
         self.after = self.before
         self._compare_snapshots(reader(target))
@@ -205,7 +210,7 @@ class Lockstep:
         """Apply ``method(*args)`` to both sides; return the spec's outcome or raise Divergence."""
         spec_out = invoke(self.spec, method, args)
         target_out = invoke(self.target, method, args)
-        self.steps.append(Step(method, list(args), spec_out, target_out))
+        self.steps.append(Step(method, list(args), spec_out, target_out, op=self.op, bad=self.bad))
         problem = compare_outcomes(spec_out, target_out)
         if problem is not None:
             raise self.fail(*problem)
@@ -286,12 +291,16 @@ def trace_document(
     config: Mapping[str, Any],
     steps: Sequence[Step],
     failure: Divergence | None,
+    *,
+    inputs: str = "all",
 ) -> dict[str, Any]:
-    """The one replayable trace format (``kvspec replay`` reads it)."""
+    """The one replayable trace format (``kvspec replay`` reads it); ``inputs``: the alphabet the
+    trace was drawn from (``all``, or ``well-formed``: no bad-input operations)."""
     return {
         "format": TRACE_FORMAT,
         "component": component,
         "target": target,
+        "inputs": inputs,
         "config": dict(config),
         "steps": [
             {
@@ -300,6 +309,8 @@ def trace_document(
                 "spec": s.spec.describe(),
                 "target": s.target.describe(),
                 **({"holders": s.holders} if s.holders is not None else {}),
+                **({"op": s.op} if s.op is not None else {}),
+                **({"bad": True} if s.bad else {}),
             }
             for s in steps
         ],

@@ -617,9 +617,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("complete_load", 8, lambda f: f.loading),
     Operation("reset_cache", 1, lambda f: f.filled),
     Operation("complete_unknown", 1),
-    Operation("bad_duplicate_store", 1),
-    Operation("bad_load", 1),
-    Operation("bad_complete_load", 1),
+    Operation("bad_duplicate_store", 1, bad=True),
+    Operation("bad_load", 1, bad=True),
+    Operation("bad_complete_load", 1, bad=True),
 )
 
 

@@ -95,6 +95,31 @@ class LifoIdPool(SpecIdPool):
         return i
 
 
+class TwoBugsIdPool(ImplIdPool):
+    """A well-formed bug (``take`` of the last free id raises ``KeyError``) and a bad-input one
+    (``give`` of an unknown id raises ``KeyError``, not ``ValueError``, once nothing is in use):
+    both are ``exception`` divergences."""
+
+    def take(self) -> int | None:
+        if len(self.free) == 1:
+            raise KeyError("last id")
+        return super().take()
+
+    def give(self, i: int) -> None:
+        if not self.used:
+            raise KeyError(i)
+        super().give(i)
+
+
+class StrictOnBadInputIdPool(ImplIdPool):
+    """Upstream-like: the same on legal calls, another exception kind on a bad ``give``."""
+
+    def give(self, i: int) -> None:
+        if i not in self.used:
+            raise AssertionError(f"id {i} not held")
+        super().give(i)
+
+
 def ids_partition_pool(s: PoolSnapshot) -> str | None:
     """Every id is free or used, never both."""
     if set(s.free) & set(s.used):
@@ -162,7 +187,7 @@ TOY_CHECKER = CheckerDef(
     operations=(
         Operation("take", 3),
         Operation("give", 3, lambda d: bool(d.ls.after.used)),
-        Operation("bad_give", 1),
+        Operation("bad_give", 1, bad=True),
     ),
     spec_cls=SpecIdPool,
     invariants=("ids_partition_pool",),
@@ -284,3 +309,62 @@ def test_registered_toy_joins_the_kill_matrix_and_the_cli(
 
 def test_the_toy_is_gone_after_the_test() -> None:
     assert NAME not in components.names()
+
+
+def test_inputs_well_formed_leaves_the_bad_input_operations_out(
+    toy: Component, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = f"{__name__}:StrictOnBadInputIdPool"
+    rc, doc = run_json(capsys, "fuzz", NAME, "--target", target, "--ops", "2000")
+    assert rc == 1 and doc["inputs"] == "all"
+    assert doc["counterexample"]["check"] == "exception"
+    trace = json.loads(Path(doc["counterexample"]["trace_file"]).read_text())
+    assert trace["inputs"] == "all" and trace["steps"][-1] == {**trace["steps"][-1], "bad": True}
+    # the same trace without its bad-input calls agrees
+    rc, again = run_json(
+        capsys, "replay", doc["counterexample"]["trace_file"], "--inputs", "well-formed"
+    )
+    assert rc == 0 and again["inputs"] == "well-formed"
+    for command in (["fuzz", NAME, "--ops", "2000"], ["check", NAME], ["explore", NAME]):
+        rc, doc = run_json(capsys, *command, "--target", target, "--inputs", "well-formed")
+        assert rc == 0 and doc["inputs"] == "well-formed", doc
+
+
+def test_shrinking_keeps_the_input_class_of_the_failing_call(toy: Component) -> None:
+    """take, take, give(5) (rejected alike), take (the well-formed bug): deleting the first two
+    takes would turn it into the bad-input bug under the same check name; the shrinker refuses."""
+    from stateful_tests.checker import signature
+
+    steps = [
+        {"method": "take", "args": [], "op": "take"},
+        {"method": "take", "args": [], "op": "take"},
+        {"method": "give", "args": [5], "op": "bad_give", "bad": True},
+        {"method": "take", "args": [], "op": "take"},
+    ]
+    document = {"format": "kvspec-trace/1", "component": NAME, "target": "two-bugs",
+                "config": {"size": 3}, "steps": steps, "failure": None}  # fmt: skip
+    failed = toy.replay(document, TwoBugsIdPool, "two-bugs")
+    assert failed.trace is not None
+    assert signature(failed.trace) == ("take", "well-formed", "exception")
+    short = toy.shrink(failed.trace, TwoBugsIdPool, "two-bugs", budget_seconds=5)
+    assert signature(short) == ("take", "well-formed", "exception")
+    assert [s["method"] for s in short["steps"]] == ["take", "take", "take"]
+
+
+def test_the_testing_api_runs_the_machine_in_an_engines_own_suite(toy: Component) -> None:
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvspec.testing import lockstep_machine
+    from stateful_tests.lockstep import Divergence
+
+    machine = lockstep_machine(NAME, ImplIdPool)
+    run_state_machine_as_test(machine, settings=settings(max_examples=30, database=None))
+    assert machine.TestCase is not None
+    strict = lockstep_machine(NAME, StrictOnBadInputIdPool, inputs="well-formed")
+    run_state_machine_as_test(strict, settings=settings(max_examples=30, database=None))
+    with pytest.raises(Divergence):
+        run_state_machine_as_test(
+            lockstep_machine(NAME, f"{__name__}:StrictOnBadInputIdPool"),
+            settings=settings(max_examples=100, database=None),
+        )

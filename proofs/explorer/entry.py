@@ -100,6 +100,7 @@ def run(
     deadline: float | None = None,
     progress: Callable[[str, int, int, int], None] | None = None,
     save_dir: Path | None = None,
+    inputs: str = "all",
 ) -> Exploration:
     """Explore ``component`` against ``target_cls`` once per variant of ``variants`` (``[""]`` for
     a component without variants), stopping after the first variant that fails. The models are
@@ -127,6 +128,7 @@ def run(
             deadline=deadline,
             progress=report,
             save_dir=save_dir,
+            inputs=inputs,
         )
         out.runs.append((v, result))
         if not result.passed or (deadline is not None and time.perf_counter() > deadline):

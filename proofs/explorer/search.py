@@ -265,8 +265,10 @@ def explore(
     deadline: float | None = None,
     progress: Progress | None = None,
     save_dir: Path | None = None,
+    inputs: str = "all",
 ) -> ExploreResult:
-    """Breadth-first search of ``model`` from its initial state.
+    """Breadth-first search of ``model`` from its initial state (``inputs="well-formed"``: the
+    bad-input edges are left out).
 
     Stops at the first violation (the shortest counterexample; it is rebuilt, replayed with the
     component's checker and saved under ``save_dir`` if given), when the reachable states within
@@ -274,6 +276,7 @@ def explore(
     states, or at ``deadline`` (a ``time.perf_counter()`` value).
     """
     cloner_ready()
+    well_formed = inputs == "well-formed"
     started = time.perf_counter()
     result = ExploreResult(model.component, model.target, model.bounds())
     reader = model.reader
@@ -319,6 +322,8 @@ def explore(
             history: list[int] = []
             scratch: Callable[[], Any] = partial(dup, spec_p)
             for index, edge in enumerate(model.edges(snap, gen, scratch)):
+                if edge.bad and well_formed:
+                    continue  # skipped, not removed: a path indexes the full edge list
                 edges += 1
                 if edge.readonly:
                     if not shared:
