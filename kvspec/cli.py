@@ -32,6 +32,7 @@ from kvspec.output import (
     trace_path,
 )
 from kvspec.targets import TargetError, load_target
+from stateful_tests.lockstep import TargetMisfit
 from stateful_tests.profiles import shrink_budget
 
 
@@ -101,7 +102,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"checking {component} against target {label} (hypothesis profile {args.profile})"
         )
     with shrink_budget(args.shrink_seconds):
-        result = comp.check(cls, label, settings, variant=variant, inputs=args.inputs, **options)
+        result = comp.check(
+            cls,
+            label,
+            settings,
+            variant=variant,
+            inputs=args.inputs,
+            timeout=args.call_timeout,
+            **options,
+        )
     cx = _counterexample(result, comp, cls, 10.0, options=options)
     document = {
         "component": component,
@@ -140,6 +149,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             variant=variant,
             progress=update,
             inputs=args.inputs,
+            timeout=args.call_timeout,
             **options,
         )
     cx = _counterexample(result, comp, cls, 0.0 if args.no_shrink else 10.0, options=options)
@@ -177,7 +187,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     component = comp.name
     options = components.options_of(comp, vars(args))
     label, cls = load_target(component, args.target or document["target"])
-    result = comp.replay(document, cls, label, inputs=args.inputs, **options)
+    result = comp.replay(
+        document, cls, label, inputs=args.inputs, timeout=args.call_timeout, **options
+    )
     cx = _counterexample(result, comp, save=False)
     out = {
         "component": component,
@@ -348,8 +360,18 @@ def _flags(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _inputs(p: argparse.ArgumentParser, default: str | None) -> None:
-    """``--inputs well-formed|all``: the alphabet (``None``: the trace's own)."""
-    from stateful_tests.checker import INPUTS
+    """``--inputs well-formed|all``: the alphabet (``None``: the trace's own), and the per-call
+    watchdog ``--call-timeout``."""
+    from stateful_tests.checker import CALL_TIMEOUT, INPUTS
+
+    p.add_argument(
+        "--call-timeout",
+        type=float,
+        default=CALL_TIMEOUT,
+        metavar="S",
+        help=f"a target call that does not return within S seconds is a hang (default "
+        f"{CALL_TIMEOUT:g}; 0: no watchdog)",
+    )
 
     p.add_argument(
         "--inputs",
@@ -487,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    except (TargetError, UsageError, ComponentError) as exc:
+    except (TargetError, TargetMisfit, UsageError, ComponentError) as exc:
         return could_not_run(exc)
     return code
 

@@ -141,6 +141,7 @@ class Component:
         *,
         variant: str | None = None,
         inputs: str = "all",
+        timeout: float | None = 10.0,
         **options: Any,
     ) -> RunResult:
         """The hypothesis lockstep machine (and the explicit programs) under ``settings``."""
@@ -154,6 +155,7 @@ class Component:
             settings,
             variant=self.check_variant(variant),
             options=self.options(**options),
+            timeout=timeout,
             inputs=inputs,
             variants=self.variants,
         )
@@ -169,6 +171,7 @@ class Component:
         progress: Callable[[int], None] | None = None,
         episode_ops: int | None = None,
         inputs: str = "all",
+        timeout: float | None = 10.0,
         **options: Any,
     ) -> RunResult:
         """Seeded differential fuzzing until ``ops`` lockstep calls."""
@@ -183,6 +186,7 @@ class Component:
             seed,
             variant=self.check_variant(variant),
             options=self.options(**options),
+            timeout=timeout,
             inputs=inputs,
             episode_ops=episode_ops,
             progress=progress,
@@ -195,6 +199,7 @@ class Component:
         target: str,
         *,
         inputs: str | None = None,
+        timeout: float | None = 10.0,
         **options: Any,
     ) -> RunResult:
         """Re-run a saved trace on a fresh spec and ``target`` (``inputs``: the trace's own unless
@@ -208,6 +213,7 @@ class Component:
             target_cls,
             target,
             options=self.options(**options),
+            timeout=timeout,
             inputs=inputs,
         )
 
@@ -244,6 +250,7 @@ class Component:
         *,
         variant: str | None = None,
         inputs: str = "all",
+        timeout: float | None = 10.0,
         **options: Any,
     ) -> RunResult:
         """One explicit program (a seeded, scripted run on a chosen configuration)."""
@@ -257,6 +264,7 @@ class Component:
             example,
             variant=self.check_variant(variant),
             options=self.options(**options),
+            timeout=timeout,
             inputs=inputs,
         )
 

@@ -107,10 +107,16 @@ def _short(value: Any) -> str:
 
 
 def print_counterexample(cx: dict[str, Any]) -> None:
-    """A counterexample as a numbered step table, its verdict, and where its trace was saved."""
+    """A counterexample as a numbered step table (step 0 when the target differs before any
+    call), its verdict, and where its trace was saved."""
     table = Table(title=f"counterexample — {cx['check']}", show_lines=False)
-    for column in ("#", "call", "spec", "target"):
-        table.add_column(column, overflow="fold")
+    if not cx["steps"]:
+        table.add_column("#")
+        table.add_column("what")
+        table.add_row("0", "construction: the new target's state differs from the new spec's")
+    else:
+        for column in ("#", "call", "spec", "target"):
+            table.add_column(column, overflow="fold")
     for i, step in enumerate(cx["steps"], 1):
         args = ", ".join(_short(a) for a in step["args"])
         table.add_row(

@@ -44,9 +44,14 @@ from stateful_tests.lockstep import (
     Divergence,
     RandomChooser,
     RunResult,
+    TargetMisfit,
+    call_timeout,
     decode,
     trace_document,
 )
+
+CALL_TIMEOUT = 10.0
+"""Seconds a target call (or a read of its state) may take before it is a ``hang``."""
 
 Options = Mapping[str, Any]
 
@@ -167,6 +172,7 @@ class LockstepMachine(RuleBasedStateMachine):
     drivers_started = 0
     steps_run = 0
     last_driver: Any = None
+    last_config: Any = None
     coverage: Counter[str]
     d: Any
 
@@ -205,9 +211,10 @@ def make_machine(
     """
 
     def start(self: Any, data: st.DataObject) -> None:
-        config = checker.machine_config(DataChooser(data), variant, options)
-        self.d = checker.driver(target_cls, config, options)
         cls = type(self)
+        cls.last_config = config = checker.machine_config(DataChooser(data), variant, options)
+        cls.last_driver = None
+        self.d = start_driver(checker, target_cls, config, options)
         cls.drivers_started += 1
         cls.last_driver = self.d
 
@@ -242,11 +249,24 @@ def run_op(d: Any, op: Operation, chooser: Chooser) -> None:
         d.ls.op, d.ls.bad = None, False
 
 
+def start_driver(
+    checker: CheckerDef, target_cls: Callable[..., Any], config: Any, options: Options
+) -> Any:
+    """A new driver. A difference in the first snapshot is a step-0 ``Divergence``; a target
+    whose constructor rejects the component's arguments cannot be driven (``TargetMisfit``)."""
+    try:
+        return checker.driver(target_cls, config, options)
+    except (Divergence, TargetMisfit):
+        raise
+    except Exception as exc:
+        raise TargetMisfit(f"constructing the target failed: {type(exc).__name__}: {exc}") from exc
+
+
 def _trace(
-    component: str, target: str, driver: Any, failure: Divergence, inputs: str
+    component: str, target: str, config: Any, failure: Divergence, inputs: str
 ) -> dict[str, Any]:
     return trace_document(
-        component, target, driver.config.to_json(), failure.steps, failure, inputs=inputs
+        component, target, config.to_json(), failure.steps, failure, inputs=inputs
     )
 
 
@@ -261,6 +281,7 @@ def check(
     options: Options | None = None,
     variants: Sequence[str] = (),
     inputs: str = "all",
+    timeout: float | None = CALL_TIMEOUT,
 ) -> RunResult:
     """Run the lockstep machine under ``settings``, then the explicit programs; the first failure
     (hypothesis' shrunk program, or the explicit program's trace) with its trace. With a drawn
@@ -284,7 +305,7 @@ def check(
     try:
         # hypothesis' own reports (e.g. its shrink-time warning) go to stderr: stdout may carry
         # the CLI's one JSON document
-        with with_reporter(_to_stderr):
+        with with_reporter(_to_stderr), call_timeout(timeout):
             run_state_machine_as_test(machine, settings=settings)  # type: ignore[no-untyped-call]
     except Divergence as exc:
         failure = exc
@@ -297,8 +318,9 @@ def check(
         dict(machine.coverage),
         failure,
     )
-    if failure is not None and machine.last_driver is not None:
-        result.trace = _trace(component, target, machine.last_driver, failure, inputs)
+    if failure is not None:
+        config = machine.last_config if machine.last_driver is None else machine.last_driver.config
+        result.trace = _trace(component, target, config, failure, inputs)
     if result.passed:
         for run_variant in [variant] if variant is not None or not variants else variants:
             for example in checker.examples:
@@ -313,6 +335,7 @@ def check(
                     variant=run_variant,
                     options=opts,
                     inputs=inputs,
+                    timeout=timeout,
                 )
                 result.examples += 1
                 result.steps += run.steps
@@ -336,6 +359,7 @@ def run_example(
     variant: str | None = None,
     options: Options | None = None,
     inputs: str = "all",
+    timeout: float | None = CALL_TIMEOUT,
 ) -> RunResult:
     """One explicit program (:class:`Example`) against ``target_cls``: the configuration the
     machine draws from its seed with its ``config`` fields, its scripted ops, then its weighted
@@ -351,30 +375,46 @@ def run_example(
     by_name = {op.name: op for op in checker.operations}
     coverage: Counter[str] = Counter()
     started = time.perf_counter()
-    d = checker.driver(target_cls, config, opts)
+    d: Any = None
     failure: Divergence | None = None
     try:
-        for name in example.ops:
-            op = by_name[name]
-            if op not in table or not op.enabled(checker.facts(d)):
-                coverage[f"example:skipped:{name}"] += 1
-                continue
-            run_op(d, op, chooser)
-            coverage[f"rule:{name}"] += 1
-        _episode(checker, d, chooser, len(d.steps) + example.steps, coverage, table)
+        with call_timeout(timeout):
+            d = start_driver(checker, target_cls, config, opts)
+            _run_program(checker, d, chooser, example, table, by_name, coverage)
     except Divergence as exc:
         failure = exc
-    coverage.update(d.coverage)
+    if d is not None:
+        coverage.update(d.coverage)
     return RunResult(
         target,
         failure is None,
         1,
-        len(d.steps),
+        len(d.steps) if d is not None else 0,
         time.perf_counter() - started,
         dict(coverage),
         failure,
-        None if failure is None else _trace(component, target, d, failure, inputs),
+        None if failure is None else _trace(component, target, config, failure, inputs),
     )
+
+
+def _run_program(
+    checker: CheckerDef,
+    d: Any,
+    chooser: RandomChooser,
+    example: Example,
+    table: Sequence[Operation],
+    by_name: Mapping[str, Operation],
+    coverage: Counter[str],
+) -> None:
+    """An example's scripted ops, then its weighted steps, on driver ``d``."""
+    for name in example.ops:
+        op = by_name[name]
+        if op not in table or not op.enabled(checker.facts(d)):
+            coverage[f"example:skipped:{name}"] += 1
+            continue
+        run_op(d, op, chooser)
+        coverage[f"rule:{name}"] += 1
+    _episode(checker, d, chooser, len(d.steps) + example.steps, coverage, table)
 
 
 def _episode(
@@ -409,6 +449,7 @@ def fuzz(
     episode_ops: int | None = None,
     progress: Callable[[int], None] | None = None,
     inputs: str = "all",
+    timeout: float | None = CALL_TIMEOUT,
 ) -> RunResult:
     """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls; each
     step draws one enabled row of the operations table by weight."""
@@ -420,27 +461,32 @@ def fuzz(
     coverage: Counter[str] = Counter()
     done = episodes = 0
     started = time.perf_counter()
-    while done < ops:
-        d = checker.driver(target_cls, checker.fuzz_config(chooser, variant, opts), opts)
-        episodes += 1
-        try:
-            _episode(checker, d, chooser, min(per_episode, ops - done), coverage, table)
-        except Divergence as exc:
+    with call_timeout(timeout):
+        while done < ops:
+            config = checker.fuzz_config(chooser, variant, opts)
+            episodes += 1
+            d: Any = None
+            try:
+                d = start_driver(checker, target_cls, config, opts)
+                _episode(checker, d, chooser, min(per_episode, ops - done), coverage, table)
+            except Divergence as exc:
+                steps = len(d.steps) if d is not None else 0
+                if d is not None:
+                    coverage.update(d.coverage)
+                return RunResult(
+                    target,
+                    False,
+                    episodes,
+                    done + steps,
+                    time.perf_counter() - started,
+                    dict(coverage),
+                    exc,
+                    _trace(component, target, config, exc, inputs),
+                )
+            done += len(d.steps)
             coverage.update(d.coverage)
-            return RunResult(
-                target,
-                False,
-                episodes,
-                done + len(d.steps),
-                time.perf_counter() - started,
-                dict(coverage),
-                exc,
-                _trace(component, target, d, exc, inputs),
-            )
-        done += len(d.steps)
-        coverage.update(d.coverage)
-        if progress is not None:
-            progress(done)
+            if progress is not None:
+                progress(done)
     return RunResult(target, True, episodes, done, time.perf_counter() - started, dict(coverage))
 
 
@@ -454,6 +500,7 @@ def replay(
     *,
     options: Options | None = None,
     inputs: str | None = None,
+    timeout: float | None = CALL_TIMEOUT,
 ) -> RunResult:
     """Re-run a trace's calls on a fresh spec and ``target``, with the checks of the live run.
     ``inputs`` (default: the trace's own) ``well-formed`` leaves out the bad-input calls."""
@@ -462,12 +509,13 @@ def replay(
     started = time.perf_counter()
     d = None
     try:
-        d = checker.driver(target_cls, config, dict(options or {}))
-        for step in document["steps"]:
-            if chosen == "well-formed" and step.get("bad"):
-                continue
-            d.ls.op, d.ls.bad = step.get("op"), bool(step.get("bad"))
-            d.replay_step({**step, "args": decode(step["args"])})
+        with call_timeout(timeout):
+            d = start_driver(checker, target_cls, config, dict(options or {}))
+            for step in document["steps"]:
+                if chosen == "well-formed" and step.get("bad"):
+                    continue
+                d.ls.op, d.ls.bad = step.get("op"), bool(step.get("bad"))
+                d.replay_step({**step, "args": decode(step["args"])})
     except Divergence as exc:
         return RunResult(
             target,

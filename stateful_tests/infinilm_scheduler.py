@@ -19,13 +19,15 @@ checked only when asked (``soundness=True``).
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from spec import invariants as inv
-from spec.errors import OutOfBlocksError
+from spec.errors import OutOfBlocksError, exception_kind
 from spec.infinilm.request import InferenceRequest, RequestStatus, SamplingParams
 from spec.infinilm.scheduler import (
     RESERVATIONS,
@@ -34,7 +36,12 @@ from spec.infinilm.scheduler import (
     SchedulerOutput,
 )
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
-from spec.infinilm.snapshot import SchedulerSnapshot, read_block_manager, read_scheduler
+from spec.infinilm.snapshot import (
+    SchedulerSnapshot,
+    queue_items,
+    read_block_manager,
+    read_scheduler,
+)
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
 from stateful_tests.lockstep import Chooser, Lockstep
 
@@ -57,45 +64,82 @@ class Config:
 
 
 class ScriptedConnector:
-    """A PD connector test double whose answers the driver decides per request id."""
+    """A PD connector test double whose answers the driver decides per request id. Its metadata
+    is the hook calls it saw since the last ``build_connector_meta()`` (as an upstream connector
+    builds its metadata from them), so comparing outputs compares the connector protocol too."""
 
     def __init__(self) -> None:
         self.plan: dict[str, tuple[int, bool, bool]] = {}  # id -> (external tokens, async, delay)
+        self.seen: list[list[Any]] = []
 
     def get_num_new_matched_tokens(
-        self, request: InferenceRequest, num_local_computed_tokens: int
+        self, request: Any, num_local_computed_tokens: int
     ) -> tuple[int, bool]:
         external, is_async, _ = self.plan.get(request.request_id, (0, False, False))
         return external, is_async
 
     def update_state_after_alloc(
-        self,
-        request: InferenceRequest,
-        block_table: list[int],
-        num_external_tokens: int,
-        block_size: int,
+        self, request: Any, block_table: list[int], num_external_tokens: int, block_size: int
     ) -> None:
-        return None
+        self.seen.append(["alloc", request.request_id, list(block_table), num_external_tokens])
 
     def request_finished(
-        self, request: InferenceRequest, block_table: list[int], block_size: int
+        self, request: Any, block_table: list[int], block_size: int
     ) -> tuple[bool, Any]:
-        return self.plan.get(request.request_id, (0, False, False))[2], None
+        delay = self.plan.get(request.request_id, (0, False, False))[2]
+        self.seen.append(["finished", request.request_id, list(block_table), delay])
+        return delay, None
 
-    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> Any:
-        return [r.request_id for r in scheduler_output.scheduled_requests]
+    def build_connector_meta(self) -> Any:
+        meta, self.seen = self.seen, []
+        return meta
 
 
 def _ids(queue: Any) -> tuple[str, ...]:
-    return tuple(r.request_id for r in queue)
+    return tuple(r.request_id for r in queue_items(queue))
+
+
+class RequestTypes(NamedTuple):
+    """The request model a scheduler target is driven with: its own classes, so that its status
+    checks, enum comparisons and attributes are its own."""
+
+    request: Callable[..., Any]
+    status: Any  # the RequestStatus enum
+    sampling: Callable[..., Any]
+
+
+SPEC_REQUEST_TYPES = RequestTypes(InferenceRequest, RequestStatus, SamplingParams)
+
+
+def request_types(scheduler_cls: Any, module: str | None = None) -> RequestTypes:
+    """The request classes of a scheduler target: ``InferenceRequest`` and ``RequestStatus`` from
+    ``module`` (default: the module the scheduler class is defined in, as upstream imports them
+    there), ``SamplingParams`` from there or from the request class's own module; kvspec's for
+    whatever is not found."""
+    where = importlib.import_module(module) if module else sys.modules.get(scheduler_cls.__module__)
+    request = getattr(where, "InferenceRequest", None) or InferenceRequest
+    home = sys.modules.get(request.__module__)
+    status = getattr(where, "RequestStatus", None) or getattr(home, "RequestStatus", RequestStatus)
+    sampling = getattr(where, "SamplingParams", None) or getattr(home, "SamplingParams", None)
+    return RequestTypes(request, status, sampling or SamplingParams)
 
 
 class EngineHarness:
     """One scheduler, its requests and its connector, driven by JSON-able engine events."""
 
-    def __init__(self, scheduler_cls: Callable[..., Any], config: Config) -> None:
+    def __init__(
+        self,
+        scheduler_cls: Callable[..., Any],
+        config: Config,
+        types: RequestTypes = SPEC_REQUEST_TYPES,
+    ) -> None:
         self.config = config
+        self.types = types
         self.connector = ScriptedConnector() if config.connector else None
+        # the default (legacy) variant is asked for by not asking: upstream has no such keyword
+        variant = (
+            {} if config.reservation == RESERVATIONS[0] else {"reservation": config.reservation}
+        )
         self.s = scheduler_cls(
             max_batch_size=config.max_batch_size,
             num_blocks=config.num_blocks,
@@ -105,9 +149,9 @@ class EngineHarness:
             has_mamba_cache=config.mamba,
             num_mamba_cache_blocks=3 if config.mamba else None,
             enable_prefix_caching=config.prefix_caching,
-            reservation=config.reservation,
+            **variant,
         )
-        self.requests: dict[str, InferenceRequest] = {}
+        self.requests: dict[str, Any] = {}
         self.lost: set[str] = set()  # dequeued by a step that raised (reference §9.14)
         self.decode_oom_without_drafts = False
 
@@ -122,8 +166,11 @@ class EngineHarness:
         is_async: bool,
         delay: bool,
     ) -> None:
-        req = InferenceRequest(
-            request_id, prompt, SamplingParams(max_tokens), has_multimodal_inputs=multimodal
+        req = self.types.request(
+            request_id,
+            prompt_token_ids=prompt,
+            sampling_params=self.types.sampling(max_tokens=max_tokens),
+            has_multimodal_inputs=multimodal,
         )
         if self.connector is not None:
             self.connector.plan[request_id] = (external, is_async, delay)
@@ -135,7 +182,11 @@ class EngineHarness:
         req = self.requests[request_id]
         if req.is_finished():
             return False
-        req.status = RequestStatus[status]
+        mark = getattr(req, "mark_canceled" if status == "CANCELED" else "mark_timeout", None)
+        if callable(mark):
+            mark()
+        else:
+            req.status = self.types.status[status]
         return True
 
     def step(self, plan: list[list[Any]]) -> dict[str, Any] | None:
@@ -182,7 +233,7 @@ class EngineHarness:
                         bool(max_tokens) and req.get_num_generated_tokens() >= max_tokens
                     )
                     if length_reached or (eos and i == appended - 1):
-                        req.status = RequestStatus.FINISHED
+                        req.status = self.types.status.FINISHED
                     if req.is_finished():
                         break
                 if appended > 1:
@@ -190,7 +241,9 @@ class EngineHarness:
                     self.s.commit_computed_tokens(req, before + min(added, appended - 1))
             self.s.complete_requests(out.scheduled_requests)
             return summary
-        except OutOfBlocksError:
+        except Exception as exc:
+            if exception_kind(exc) != "RuntimeError":  # upstream's out of pages is a RuntimeError
+                raise
             if out is None:  # inside schedule(): the dequeued live requests are gone (§9.14)
                 after = self._placed()
                 self.lost |= {
@@ -248,8 +301,12 @@ def harness_checks(
         ("request_in_exactly_one_place", lambda: inv.request_in_exactly_one_place(snap, h.lost)),
         (
             "reservation_counter_matches_scan",
-            lambda: inv.reservation_counter_matches_scan(
-                s.num_reserved_decode_blocks, s.running_queue, variant, size
+            lambda: (
+                inv.reservation_counter_matches_scan(
+                    s.num_reserved_decode_blocks, queue_items(s.running_queue), variant, size
+                )
+                if hasattr(s, "num_reserved_decode_blocks")  # a scheduler that keeps a counter
+                else None
             ),
         ),
         (
@@ -294,12 +351,19 @@ class Driver:
     """Engine events over a spec harness and a target harness, in lockstep."""
 
     def __init__(
-        self, target_cls: Callable[..., Any], config: Config, *, soundness: bool = False
+        self,
+        target_cls: Callable[..., Any],
+        config: Config,
+        *,
+        soundness: bool = False,
+        request_module: str | None = None,
     ) -> None:
+        """``request_module``: where the target's ``InferenceRequest`` and ``RequestStatus`` live
+        (default: the target's own module, see :func:`request_types`)."""
         self.config = config
         self.soundness = soundness
         self.spec_h = EngineHarness(SpecScheduler, config)
-        self.target_h = EngineHarness(target_cls, config)
+        self.target_h = EngineHarness(target_cls, config, request_types(target_cls, request_module))
         self.ls = Lockstep(
             self.spec_h,
             self.target_h,
@@ -473,7 +537,10 @@ def simplify_step(step: dict[str, Any]) -> Iterator[dict[str, Any]]:
 CHECKER = CheckerDef(
     machine_name="SchedulerLockstep",
     driver=lambda target_cls, config, options: Driver(
-        target_cls, config, soundness=bool(options.get("soundness"))
+        target_cls,
+        config,
+        soundness=bool(options.get("soundness")),
+        request_module=options.get("request_module"),
     ),
     config_type=Config,
     machine_config=machine_config,
@@ -489,7 +556,7 @@ CHECKER = CheckerDef(
         "no_leak_at_quiescence",
     ),
     episode_ops=200,
-    options=("soundness", "connector", "speculation"),
+    options=("soundness", "connector", "speculation", "request_module"),
     spec_properties=frozenset({"admission_soundness"}),
     simplify=simplify_step,
     # a PD connector on a 4-page pool: remote-pending and parked requests, aborts, a full pool

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Mapping, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -82,6 +85,60 @@ class Step:
 
     def call_text(self) -> str:
         return f"{self.method}({', '.join(json.dumps(encode(a)) for a in self.args)})"
+
+
+class TargetMisfit(Exception):
+    """The target cannot be driven at all: its constructor rejects the component's arguments, or
+    kvspec's reading code cannot read its state (a missing attribute). Not a divergence: the
+    command says so in one line (exit status 2)."""
+
+
+class CallTimeout(BaseException):
+    """A target call ran past the watchdog (a ``BaseException``: it must not be recorded as the
+    call's own exception)."""
+
+
+_WATCHDOG: list[float] = []  # the per-call limit in seconds, while a watchdog is installed
+
+
+@contextmanager
+def call_timeout(seconds: float | None) -> Iterator[None]:
+    """Run target calls under a watchdog: a call (or a read of the target's state) that does not
+    return within ``seconds`` becomes a ``hang`` divergence instead of a hung checker. Needs the
+    main thread and ``SIGALRM``; elsewhere (or with ``None``/0) calls run unguarded."""
+    usable = (
+        seconds
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and not _WATCHDOG
+    )
+    if not usable:
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise CallTimeout(seconds)
+
+    old = signal.signal(signal.SIGALRM, fire)
+    _WATCHDOG.append(float(seconds))  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        _WATCHDOG.clear()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextmanager
+def _guarded() -> Iterator[None]:
+    if not _WATCHDOG:
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, _WATCHDOG[0])
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 class Divergence(AssertionError):
@@ -196,10 +253,34 @@ class Lockstep:
         self.bad = False
         self.before = reader(spec)
         self.after = self.before
-        self._compare_snapshots(reader(target))
+        try:
+            with _guarded():
+                first = reader(target)
+        except CallTimeout:
+            raise self.fail("hang", "reading the new target's state did not return") from None
+        except Exception as exc:  # the target lacks what kvspec reads: it cannot be driven
+            raise TargetMisfit(
+                f"kvspec cannot read the target's state: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._compare_snapshots(first)  # a difference here is a divergence at step 0
 
     def fail(self, check: str, detail: str) -> Divergence:
         return Divergence(check, detail, self.steps)
+
+    def _read_target(self, method: str) -> Any:
+        """The target's snapshot after ``method``; a target that no longer reads (or hangs when
+        read) diverged."""
+        try:
+            with _guarded():
+                return self.reader(self.target)
+        except CallTimeout:
+            raise self.fail(
+                "hang", f"reading the target's state after {method} did not return"
+            ) from None
+        except Exception as exc:  # its state no longer has the shape the spec's has
+            raise self.fail(
+                "snapshot", f"reading the target's state failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _compare_snapshots(self, target_snap: Any) -> None:
         problem = compare_snapshots(self.after, target_snap, self.snapshot_checks)
@@ -209,13 +290,19 @@ class Lockstep:
     def call(self, method: str, *args: Any) -> Outcome:
         """Apply ``method(*args)`` to both sides; return the spec's outcome or raise Divergence."""
         spec_out = invoke(self.spec, method, args)
-        target_out = invoke(self.target, method, args)
+        try:
+            with _guarded():
+                target_out = invoke(self.target, method, args)
+        except CallTimeout as exc:
+            hung = Outcome(raised=TimeoutError(f"no return within {exc.args[0]} s"))
+            self.steps.append(Step(method, list(args), spec_out, hung, op=self.op, bad=self.bad))
+            raise self.fail("hang", f"{method} did not return within {exc.args[0]} s") from None
         self.steps.append(Step(method, list(args), spec_out, target_out, op=self.op, bad=self.bad))
         problem = compare_outcomes(spec_out, target_out)
         if problem is not None:
             raise self.fail(*problem)
         self.before, self.after = self.after, self.reader(self.spec)
-        target_snap = self.reader(self.target)
+        target_snap = self._read_target(method)
         self._compare_snapshots(target_snap)
         s_exc = spec_out.raised
         if s_exc is not None and self.validate_first(method, s_exc):

@@ -42,8 +42,8 @@ class FakeConnector:
         self.log.append(("finished", req.request_id, tuple(block_table), block_size))
         return self.delays.get(req.request_id, False), None
 
-    def build_connector_meta(self, scheduler_output):
-        self.log.append(("meta", tuple(ids(scheduler_output.scheduled_requests))))
+    def build_connector_meta(self):
+        self.log.append(("meta",))
         return None
 
 

@@ -203,7 +203,7 @@ class AsyncConnector:
     def request_finished(self, req: Any, table: Any, size: int) -> Any:
         return False, None
 
-    def build_connector_meta(self, scheduler_output: Any) -> None:
+    def build_connector_meta(self) -> None:
         return None
 
 

@@ -44,8 +44,8 @@ class Connector:
     def request_finished(self, request: Any, table: Any, size: int) -> tuple[bool, Any]:
         return request.request_id.endswith("d"), None
 
-    def build_connector_meta(self, scheduler_output: Any) -> Any:
-        return [r.request_id for r in scheduler_output.scheduled_requests]
+    def build_connector_meta(self) -> Any:
+        return None
 
 
 def engine(cls: Any = spec_sched.Scheduler, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -193,7 +193,14 @@ def test_read_scheduler_fields_and_differing_fields() -> None:
 def test_invariant_names_cover_every_check_name() -> None:
     """Every check name the checkers, proofs and mutant catalogue report is in INVARIANT_NAMES
     (or is one of lockstep's outcome comparisons), and each name has a predicate."""
-    comparisons = {"exception", "return_value", "argument_mutation", "snapshot", "block_manager"}
+    comparisons = {
+        "exception",
+        "return_value",
+        "argument_mutation",
+        "snapshot",
+        "hang",
+        "block_manager",
+    }
     names = set(inv.INVARIANT_NAMES)
     assert len(names) == len(inv.INVARIANT_NAMES)
     for name in names - {"no_live_eviction"}:

@@ -509,12 +509,13 @@ def test_get_cache_stats_keys_match_reference(sched_cls, reservation):
 def test_get_cache_stats_mamba_fields(sched_cls):
     s = sched_cls(num_blocks=8, block_size=16, has_mamba_cache=True)  # max(2, 8 // 4) = 2 rows
     stats = s.get_cache_stats()
-    assert stats["mamba_num_blocks"] == 1  # row 0 is the permanent zero state
-    assert (stats["mamba_num_free_blocks"], stats["mamba_num_used_blocks"]) == (1, 0)
+    # upstream's keys; the total includes row 0, the permanent zero state
+    assert stats["num_mamba_cache_blocks"] == 2
+    assert (stats["num_free_mamba_cache_blocks"], stats["num_used_mamba_cache_blocks"]) == (1, 0)
     s.add_request(mk("a", 4, 4))
     s.schedule()
     stats = s.get_cache_stats()
-    assert (stats["mamba_num_free_blocks"], stats["mamba_num_used_blocks"]) == (0, 1)
+    assert (stats["num_free_mamba_cache_blocks"], stats["num_used_mamba_cache_blocks"]) == (0, 1)
 
 
 def test_mamba_rows_limit_admission(sched_cls, variant, monkeypatch):

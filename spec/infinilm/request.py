@@ -26,6 +26,18 @@ class RequestStatus(Enum):
     FAILED = "failed"
 
 
+class FinishReason(Enum):
+    """Why a request finished (upstream's values; the scheduler only logs it)."""
+
+    EOS_TOKEN = "eos_token"
+    STOP_STRING = "stop_string"
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELED = "canceled"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+
 TERMINAL = frozenset(
     {RequestStatus.FINISHED, RequestStatus.CANCELED, RequestStatus.TIMEOUT, RequestStatus.FAILED}
 )
@@ -60,6 +72,7 @@ class InferenceRequest:
                 f"{self.sampling_params.max_tokens!r}"
             )
         self.status = RequestStatus.WAITING
+        self.finish_reason: FinishReason | None = None
         self.block_table: list[int] = []
         self.slot_mapping: list[int] = []
         self.num_blocks = 0
@@ -86,6 +99,25 @@ class InferenceRequest:
 
     def is_finished(self) -> bool:
         return self.status in TERMINAL
+
+    # ----------------------------------------------------------------- terminal marks
+    # What the engine (and a client abort) calls; upstream also stamps a finish time and an abort
+    # flag for its output stream, which the scheduler never reads.
+    def mark_finished(self, reason: FinishReason) -> None:
+        """Post: ``FINISHED`` with ``reason``."""
+        self.status, self.finish_reason = RequestStatus.FINISHED, reason
+
+    def mark_failed(self, reason: FinishReason = FinishReason.ERROR) -> None:
+        """Post: ``FAILED`` with ``reason``."""
+        self.status, self.finish_reason = RequestStatus.FAILED, reason
+
+    def mark_canceled(self) -> None:
+        """Post: ``CANCELED`` (a client abort)."""
+        self.status, self.finish_reason = RequestStatus.CANCELED, FinishReason.CANCELED
+
+    def mark_timeout(self) -> None:
+        """Post: ``TIMEOUT``."""
+        self.status, self.finish_reason = RequestStatus.TIMEOUT, FinishReason.TIMEOUT
 
     # ----------------------------------------------------------------- hashing
     @property

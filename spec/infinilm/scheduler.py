@@ -67,7 +67,9 @@ class KVConnector(Protocol):
         self, request: InferenceRequest, block_table: list[int], block_size: int
     ) -> tuple[bool, Any]: ...
 
-    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> Any: ...
+    def build_connector_meta(self) -> Any:
+        """The metadata the connector wants attached to the step's output (no arguments:
+        upstream's base class builds it from what the other hooks told it since the last call)."""
 
 
 @dataclass
@@ -520,7 +522,7 @@ class Scheduler:
     def _output(self, batch: list[InferenceRequest], *, is_prefill: bool) -> SchedulerOutput:
         out = SchedulerOutput(batch, is_prefill, self.speculative_cache_ops)
         if self.connector is not None:
-            out.kv_connector_metadata = self.connector.build_connector_meta(out)
+            out.kv_connector_metadata = self.connector.build_connector_meta()
         return out
 
     # ----------------------------------------------------------------- after a step
@@ -631,8 +633,8 @@ class Scheduler:
         if self.reservation != "legacy":  # the exact PR's key (tight reports it too)
             stats["num_reserved_decode_blocks"] = self.num_reserved_decode_blocks
         mamba = self.mamba_cache_manager
-        if mamba is not None:
-            stats["mamba_num_blocks"] = mamba.num_blocks - 1
-            stats["mamba_num_free_blocks"] = len(mamba.free_block_ids)
-            stats["mamba_num_used_blocks"] = len(mamba.used_block_ids)
+        if mamba is not None:  # upstream's keys; the total counts the reserved zero row too
+            stats["num_mamba_cache_blocks"] = mamba.num_blocks
+            stats["num_free_mamba_cache_blocks"] = len(mamba.free_block_ids)
+            stats["num_used_mamba_cache_blocks"] = len(mamba.used_block_ids)
         return stats

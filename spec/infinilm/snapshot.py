@@ -9,6 +9,7 @@ same readers fit kvspec's spec, kvspec's impl and an upstream InfiniLM ``BlockMa
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -114,8 +115,29 @@ class SchedulerSnapshot(NamedTuple):
         return not self.placed() and not self.pending_free_blocks and not lost
 
 
-def _ids(queue: Iterable[Any]) -> tuple[str, ...]:
-    return tuple(r.request_id for r in queue)
+def queue_items(queue: Any) -> tuple[Any, ...]:
+    """The items of a scheduler's request queue, head first, without taking any: kvspec's
+    ``RequestQueue`` (its ``snapshot()``), upstream's ``janus.Queue`` (the deque it keeps in
+    ``_queue``), a ``queue.Queue`` (``queue``), or any iterable. ``TypeError`` naming the type
+    otherwise."""
+    snapshot = getattr(queue, "snapshot", None)
+    if callable(snapshot):
+        return tuple(snapshot())
+    for name in ("_queue", "queue"):
+        inner = getattr(queue, name, None)
+        if isinstance(inner, deque):
+            return tuple(inner)
+    try:
+        return tuple(queue)
+    except TypeError:
+        raise TypeError(
+            f"cannot read the items of a {type(queue).__name__} request queue (kvspec reads a "
+            "snapshot() method, a janus.Queue, a queue.Queue or an iterable)"
+        ) from None
+
+
+def _ids(queue: Any) -> tuple[str, ...]:
+    return tuple(r.request_id for r in queue_items(queue))
 
 
 def read_scheduler(scheduler: Any, requests: Mapping[str, Any]) -> SchedulerSnapshot:
