@@ -488,8 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mutants)
 
-    from kvspec import exploration, prove
+    from kvspec import audit, exploration, prove
 
+    audit.add_parser(sub)
     prove.add_parser(sub)
 
     from kvspec import smoke

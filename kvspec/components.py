@@ -16,7 +16,7 @@ record plus its spec, impl and driver: docs/adding-a-component.md walks through 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -172,6 +172,7 @@ class Component:
         episode_ops: int | None = None,
         inputs: str = "all",
         timeout: float | None = 10.0,
+        rows: Collection[str] | None = None,
         **options: Any,
     ) -> RunResult:
         """Seeded differential fuzzing until ``ops`` lockstep calls."""
@@ -187,6 +188,7 @@ class Component:
             variant=self.check_variant(variant),
             options=self.options(**options),
             timeout=timeout,
+            rows=rows,
             inputs=inputs,
             episode_ops=episode_ops,
             progress=progress,

@@ -25,7 +25,7 @@ import sys
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -450,14 +450,18 @@ def fuzz(
     progress: Callable[[int], None] | None = None,
     inputs: str = "all",
     timeout: float | None = CALL_TIMEOUT,
+    rows: Collection[str] | None = None,
 ) -> RunResult:
     """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls; each
-    step draws one enabled row of the operations table by weight."""
+    step draws one enabled row of the operations table by weight (``rows``: only these rows of
+    the ``inputs`` alphabet)."""
     opts = dict(options or {})
     rng = random.Random(seed)
     chooser = RandomChooser(rng)
     per_episode = episode_ops or checker.episode_ops
-    table = checker.table(inputs)
+    table = tuple(op for op in checker.table(inputs) if rows is None or op.name in rows)
+    if not table:
+        raise ValueError(f"no operation of {sorted(rows or ())} is in the {inputs} alphabet")
     coverage: Counter[str] = Counter()
     done = episodes = 0
     started = time.perf_counter()
