@@ -225,6 +225,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, got {args.budget}")
     label, cls = load_target(comp.name, args.target)
+    variant = comp.target_variant(variant, cls)
     with progress(f"audit {comp.name} vs {label}", None, not args.json) as update:
         audit = run_audit(
             comp,

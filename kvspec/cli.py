@@ -93,6 +93,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     comp, variant, options = _component(args)
     component = comp.name
     label, cls = load_target(component, args.target)
+    variant = comp.target_variant(variant, cls)
     try:
         settings = profiles.get(args.profile)
     except ValueError as exc:
@@ -115,6 +116,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     document = {
         "component": component,
         "target": label,
+        "variant": variant,
         "inputs": args.inputs,
         "examples": result.examples,
         "steps": result.steps,
@@ -140,6 +142,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if args.ops <= 0:
         raise UsageError(f"--ops must be positive, got {args.ops}")
     label, cls = load_target(component, args.target)
+    variant = comp.target_variant(variant, cls)
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
         result = comp.fuzz(
             cls,
@@ -156,6 +159,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     document = {
         "component": component,
         "target": label,
+        "variant": variant,
         "inputs": args.inputs,
         "ops": result.steps,
         "seed": args.seed,

@@ -123,6 +123,14 @@ class Component:
             )
         return variant
 
+    def target_variant(self, variant: str | None, target_cls: Any) -> str | None:
+        """``variant``, else the one the target says it implements (``kvspec_variant``, e.g. the
+        installed vLLM release behind ``--target vllm``), else ``None`` (drawn per run)."""
+        if variant is not None:
+            return self.check_variant(variant)
+        own = getattr(target_cls, "kvspec_variant", None)
+        return self.check_variant(own) if isinstance(own, str) and self.variants else None
+
     def options(self, **given: Any) -> dict[str, Any]:
         """The checker options of a run: the fixed ones, then those ``given`` that are not ``None``
         (each must be one the checker takes)."""

@@ -191,6 +191,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     label, cls = load_target(comp.name, args.target)
+    own = comp.target_variant(variant, cls)
+    if own is not None:
+        chosen = [own]  # the variant named, or the one the target implements
     deadline = None if args.time_limit is None else time.perf_counter() + args.time_limit
     try:
         with status_line(f"explore {comp.name}", not args.json) as line:

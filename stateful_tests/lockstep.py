@@ -260,7 +260,7 @@ class Lockstep:
             raise self.fail("hang", "reading the new target's state did not return") from None
         except Exception as exc:  # the target lacks what kvspec reads: it cannot be driven
             raise TargetMisfit(
-                f"kvspec cannot read the target's state: {type(exc).__name__}: {exc}"
+                f"cannot read the target's state: {type(exc).__name__}: {exc}"
             ) from exc
         self._compare_snapshots(first)  # a difference here is a divergence at step 0
 

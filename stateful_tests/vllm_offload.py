@@ -135,10 +135,14 @@ def _read(h: ManagerHarness) -> OffloadManagerSnapshot:
 
 
 def state_invariants(variant: str) -> dict[str, Callable[[OffloadManagerSnapshot], str | None]]:
+    """The state invariants of one variant (an LRU release variant orders as its LRU flavour)."""
+    flavour = (
+        variant_keywords("lru", variant).get("lru", "v2") if variant in VARIANTS["lru"] else ""
+    )
     return {
         "arc_lists_bounded": inv.arc_lists_bounded,
         "offload_ids_partition_pool": inv.offload_ids_partition_pool,
-        "lru_order_consistent": lambda s: inv.lru_order_consistent(s, variant),
+        "lru_order_consistent": lambda s: inv.lru_order_consistent(s, flavour),
     }
 
 
@@ -199,20 +203,27 @@ def call_invariants(
     after: OffloadManagerSnapshot,
     returned: Any,
     raised: BaseException | None,
-    store_threshold: int,
+    config: Config,
 ) -> tuple[str, str] | None:
-    """``no_live_eviction`` and ``atomic_failure`` for one call on one side's snapshots (the
-    input keys that pass the store threshold are protected by ``prepare_store``)."""
+    """``no_live_eviction`` and ``atomic_failure`` for one call on one side's snapshots, under
+    the variant's release features (a failed ``prepare_store`` may still have counted its offers
+    or adapted the ARC target; which input keys its eviction protects)."""
     if method == "reset_cache":
         return None
+    features = variant_keywords(config.policy, config.variant)
     failed_store = raised is None and method == "prepare_store" and returned is None
-    if failed_store and inv.atomic_failure(before, after):
+    if failed_store and inv.atomic_failure(_allowed_changes(before, after, features), after):
         changed = before.differing_fields(after)
         return "atomic_failure", f"prepare_store returned None but changed {changed}"
     protected: list[Any] = []
     released: list[Any] = []
     if method == "prepare_store":
-        protected = _store_keys(before, args[0], store_threshold)
+        if features.get("threshold_scope") == "new_only":
+            protected = list(args[0])  # every input key
+        elif features.get("threshold_counting", "lookup") == "lookup":
+            protected = _store_keys(before, args[0], config.store_threshold)
+        # (counting offers: the kept keys depend on this call's own counting; the lockstep
+        # comparison covers them)
     elif method == "complete_store" and not args[1]:
         released = list(args[0])
     problem = inv.offload_no_live_eviction(
@@ -223,6 +234,22 @@ def call_invariants(
         released=released,
     )
     return None if problem is None else ("no_live_eviction", problem)
+
+
+def _allowed_changes(
+    before: OffloadManagerSnapshot, after: OffloadManagerSnapshot, features: dict[str, Any]
+) -> OffloadManagerSnapshot:
+    """``before`` with the parts a failed ``prepare_store`` may change taken from ``after``: the
+    tracker when stores count offers, the ARC target and ghost lists with ``arc_store_miss``."""
+    if features.get("threshold_counting", "lookup") != "lookup":
+        before = before._replace(counts=after.counts)
+    if features.get("arc_store_miss") and isinstance(before.policy, ARCSnapshot):
+        assert isinstance(after.policy, ARCSnapshot)
+        policy = before.policy._replace(
+            b1=after.policy.b1, b2=after.policy.b2, target_t1_size=after.policy.target_t1_size
+        )
+        before = before._replace(policy=policy)
+    return before
 
 
 # ----------------------------------------------------------------------------- driver
@@ -262,7 +289,7 @@ class Driver:
             raise self._explain(exc, method, args, before) from None
         after = self.ls.after
         problem = call_invariants(
-            method, args, before, after, out.returned, out.raised, self.config.store_threshold
+            method, args, before, after, out.returned, out.raised, self.config
         )
         if problem is not None:
             raise self.ls.fail(*problem)
@@ -303,10 +330,12 @@ class Driver:
         except Exception:  # a target left in a state its own attributes cannot describe
             return exc
         checks: list[tuple[str, str | None]] = []
-        if step.spec.raised is not None or (
-            method == "prepare_store" and step.spec.returned is None
-        ):
+        if step.spec.raised is not None:
             checks.append(("atomic_failure", inv.atomic_failure(before, target_snap)))
+        elif method == "prepare_store" and step.spec.returned is None:
+            features = variant_keywords(self.config.policy, self.config.variant)
+            allowed = _allowed_changes(before, target_snap, features)
+            checks.append(("atomic_failure", inv.atomic_failure(allowed, target_snap)))
         found = call_invariants(
             method,
             args,
@@ -314,7 +343,7 @@ class Driver:
             target_snap,
             step.target.returned,
             step.target.raised,
-            self.config.store_threshold,
+            self.config,
         )
         if found is not None:
             checks.insert(0, found)

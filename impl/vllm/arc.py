@@ -16,7 +16,7 @@ exhausted iterator stays exhausted (never restarted, never ``StopIteration`` out
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TypeVar
 
@@ -130,6 +130,19 @@ class ARCCachePolicy:
             elif key in t2:
                 t2.move_to_end(key)
             elif key in b1:
+                delta = max(1, len(b2) / len(b1))
+                self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
+                b1.move_to_end(key)
+            elif key in b2:
+                delta = max(1, len(b1) / len(b2))
+                self.target_t1_size = max(self.target_t1_size - delta, 0)
+                b2.move_to_end(key)
+
+    def on_store_miss(self, keys: Sequence[Key]) -> None:
+        # keys about to be stored are never cached: only the ghost branch of touch applies
+        b1, b2 = self.b1, self.b2
+        for key in reversed(keys):
+            if key in b1:
                 delta = max(1, len(b2) / len(b1))
                 self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
                 b1.move_to_end(key)

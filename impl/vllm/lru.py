@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 
 from spec.errors import InvalidArgument
@@ -65,6 +65,9 @@ class LRUCachePolicy:
         for key in reversed(list(keys)):
             if key in recency:
                 recency.move_to_end(key)
+
+    def on_store_miss(self, keys: Sequence[Key]) -> None:
+        """No-op, as the spec's: the keys are not cached."""
 
     def evict(self, n: int, protected: AbstractSet[Key]) -> list[tuple[Key, BlockStatus]] | None:
         check_count("n", n)

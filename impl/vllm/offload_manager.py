@@ -30,9 +30,12 @@ from spec.vllm.offload_manager import (
     OffloadManagerSnapshot,
     PrepareStoreOutput,
     check_constructor,
+    check_release_features,
+    filter_metadata_only,
     make_policy,
     read_offload_manager,
 )
+from spec.vllm.releases import ThresholdCounting, ThresholdScope, record_offers, select_store_keys
 
 __all__ = [
     "CPULoadStoreSpec",
@@ -59,8 +62,19 @@ class CPUOffloadingManager:
         *,
         arc_t1_fallback: bool = False,
         lru: LRUVariant = "v2",
+        threshold_counting: ThresholdCounting = "lookup",
+        threshold_scope: ThresholdScope = "all_inputs",
+        arc_store_miss: bool = False,
+        failed_store_event: bool = False,
     ) -> None:
         check_constructor(num_blocks, store_threshold, max_tracker_size, arc_t1_fallback)
+        check_release_features(
+            threshold_counting, threshold_scope, arc_store_miss, failed_store_event
+        )
+        self.threshold_counting = threshold_counting
+        self.threshold_scope = threshold_scope
+        self.arc_store_miss = arc_store_miss and cache_policy == "arc"
+        self.failed_store_event = failed_store_event
         self.medium = CPULoadStoreSpec.medium()
         self._num_blocks = num_blocks
         self._num_allocated_blocks = 0
@@ -89,7 +103,7 @@ class CPUOffloadingManager:
 
     def lookup(self, key: Key, req_context: object = None) -> LookupResult:
         counts = self.counts
-        if counts is not None:
+        if counts is not None and self.threshold_counting == "lookup":
             if key in counts:
                 counts.move_to_end(key)
                 counts[key] += 1
@@ -156,13 +170,24 @@ class CPUOffloadingManager:
             dupes = [k for k, n in Counter(keys).items() if n > 1]
             raise InvalidArgument(f"prepare_store keys must be distinct; repeated: {dupes!r}")
         counts = self.counts
-        if counts is not None:
-            num_keys = len(keys)
-            keys = [k for k in keys if counts.get(k, 0) >= self.store_threshold]
-            self.stores_skipped_in_current_batch += num_keys - len(keys)
         policy = self._policy
         get = policy.get
-        keys_to_store = [k for k in keys if get(k) is None]
+        if counts is None and self.threshold_scope == "all_inputs":  # the common case, inline
+            keys_to_store = [k for k in keys if get(k) is None]
+            protected = set(keys)
+        else:
+            if counts is not None and self.threshold_counting != "lookup":
+                record_offers(counts, keys, self.max_tracker_size, self.threshold_counting)
+            keys_to_store, protected, skipped = select_store_keys(
+                keys,
+                counts,
+                self.store_threshold,
+                lambda k: get(k) is not None,
+                self.threshold_scope,
+            )
+            self.stores_skipped_in_current_batch += skipped
+        if self.arc_store_miss:
+            policy.on_store_miss(keys_to_store)
         if not keys_to_store:
             return PrepareStoreOutput(keys_to_store=[], store_spec=_EMPTY_SPEC, evicted_keys=[])
         num_new = len(keys_to_store)
@@ -173,7 +198,7 @@ class CPUOffloadingManager:
             # #45757: O(1) fast fail; exact because of evictable_counter_matches_scan.
             if need > self._num_evictable_cache_blocks:
                 return None
-            evicted = policy.evict(need, set(keys))  # #35846: every input key is protected
+            evicted = policy.evict(need, protected)  # #35846: the input keys are protected
             if evicted is None:
                 return None
             self._num_evictable_cache_blocks -= len(evicted)  # policies evict idle blocks only
@@ -206,6 +231,7 @@ class CPUOffloadingManager:
         policy = self._policy
         get = policy.get
         stored: list[Key] = []
+        dropped: list[Key] = []
         for key in keys:
             block = get(key)
             if block is None or block.ref_cnt >= 0:
@@ -218,8 +244,13 @@ class CPUOffloadingManager:
             else:
                 policy.remove(key)  # a pending block was never counted as evictable
                 self._free_list.append(block.block_id)
+                dropped.append(key)
         if stored and self.events is not None:
             self.events.append(OffloadingEvent(keys=stored, medium=self.medium, removed=False))
+        if dropped and self.failed_store_event and self.events is not None:
+            self.events.append(
+                OffloadingEvent(keys=dropped, medium=self.medium, removed=True, metadata_only=True)
+            )
 
     def reset_cache(self) -> None:
         self._policy.clear()
@@ -229,5 +260,7 @@ class CPUOffloadingManager:
 
     def take_events(self) -> Iterator[OffloadingEvent]:
         if self.events is not None:
-            yield from self.events
+            get = self._policy.get
+            for event in self.events:
+                yield from filter_metadata_only(event, lambda k: get(k) is not None)
             self.events.clear()

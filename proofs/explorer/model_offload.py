@@ -264,7 +264,7 @@ class OffloadModel(Model):
             snap,
             spec_out.returned,
             spec_out.raised,
-            self.config.store_threshold,
+            self.config,
         )
         if found is not None:
             return found

@@ -24,7 +24,7 @@ iterators) must select the same victims in the same order.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple, TypeVar
 
@@ -182,14 +182,29 @@ class ARCCachePolicy:
                     self.t1[key] = block  # a store in flight is not a second access
             elif key in self.t2:
                 self.t2.move_to_end(key)
-            elif key in self.b1:
-                delta = max(1, len(self.b2) / len(self.b1))
-                self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
-                self.b1.move_to_end(key)
-            elif key in self.b2:
-                delta = max(1, len(self.b1) / len(self.b2))
-                self.target_t1_size = max(self.target_t1_size - delta, 0)
-                self.b2.move_to_end(key)
+            else:
+                self._ghost_hit(key)
+
+    def on_store_miss(self, keys: Sequence[Key]) -> None:
+        """Keys about to be stored, as ghost hits (vLLM 0.31.0+, ``arc_store_miss``).
+
+        Post, per key in *reversed* order: a B1 or B2 ghost adapts the target and moves to its
+        list's MRU end as in :meth:`touch`; other keys change nothing. T1 and T2 are untouched.
+        """
+        for key in reversed(keys):
+            self._ghost_hit(key)
+
+    def _ghost_hit(self, key: Key) -> None:
+        """A B1 ghost raises the target by ``max(1, |B2|/|B1|)`` (capped at capacity), a B2 ghost
+        lowers it by ``max(1, |B1|/|B2|)`` (floored at 0); the ghost moves to its MRU end."""
+        if key in self.b1:
+            delta = max(1, len(self.b2) / len(self.b1))
+            self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
+            self.b1.move_to_end(key)
+        elif key in self.b2:
+            delta = max(1, len(self.b1) / len(self.b2))
+            self.target_t1_size = max(self.target_t1_size - delta, 0)
+            self.b2.move_to_end(key)
 
     def evict(self, n: int, protected: AbstractSet[Key]) -> list[tuple[Key, BlockStatus]] | None:
         """Evict exactly ``n`` eligible blocks, atomically (§2.3 variant A, + C if ``t1_fallback``).

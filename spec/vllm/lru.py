@@ -19,7 +19,7 @@ order of v2 is the order of the *idle* blocks only. Upstream v2 keeps those in a
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Literal, NamedTuple
 
@@ -110,6 +110,9 @@ class LRUCachePolicy:
             block = self.blocks.get(key)
             if block is not None and (self.variant == "v1" or block.ref_cnt == 0):
                 self.blocks.move_to_end(key)
+
+    def on_store_miss(self, keys: Sequence[Key]) -> None:
+        """No-op: upstream forwards store misses to ``touch``, and the keys are not cached."""
 
     def evict(self, n: int, protected: AbstractSet[Key]) -> list[tuple[Key, BlockStatus]] | None:
         """Evict the ``n`` least recent idle, unprotected blocks, atomically (§3.1, §3.2).

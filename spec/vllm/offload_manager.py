@@ -36,7 +36,7 @@ outside the snapshot), ``on_new_request``/``on_request_finished`` (no-ops for LR
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
@@ -47,6 +47,16 @@ from spec.infinilm.block_manager import check_count
 from spec.vllm import BlockStatus, Key
 from spec.vllm.arc import ARCCachePolicy, ARCSnapshot, read_arc_policy
 from spec.vllm.lru import LRU_VARIANTS, LRUCachePolicy, LRUSnapshot, LRUVariant, read_lru_policy
+from spec.vllm.releases import (
+    RELEASES,
+    THRESHOLD_COUNTINGS,
+    THRESHOLD_SCOPES,
+    ThresholdCounting,
+    ThresholdScope,
+    record_offers,
+    release_keywords,
+    select_store_keys,
+)
 
 __all__ = [
     "CPULoadStoreSpec",
@@ -64,20 +74,26 @@ __all__ = [
 CachePolicyName = Literal["lru", "arc"]
 CACHE_POLICIES: tuple[CachePolicyName, ...] = ("lru", "arc")
 
+_RELEASE_VARIANTS = tuple(f"r{release}" for release in RELEASES)
 VARIANTS: dict[str, tuple[str, ...]] = {
-    "arc": ("no_fallback", "t1_fallback"),  # the #50992 state / #55461 (``arc_t1_fallback=True``)
-    "lru": ("v2", "v1"),  # #46216 (the #50992 state) / #37874 (``lru="v1"``)
+    # the #50992 state / #55461 (``arc_t1_fallback=True``), then vLLM releases (docs/vllm-releases.md)
+    "arc": ("no_fallback", "t1_fallback", *_RELEASE_VARIANTS),
+    # #46216 (the #50992 state) / #37874 (``lru="v1"``), then vLLM releases
+    "lru": ("v2", "v1", *_RELEASE_VARIANTS),
 }
-"""Named variants per cache policy, the default (the #50992 state) first."""
+"""Named variants per cache policy, the default (the #50992 state) first; ``rX.Y`` is the
+behaviour of vLLM release X.Y (``r0.28`` is the default's)."""
 
 
 def variant_keywords(policy: str, variant: str) -> dict[str, Any]:
-    """The constructor keyword selecting ``variant``; nothing for the default, so a target with
+    """The constructor keywords selecting ``variant``; nothing for the default, so a target with
     upstream's constructor (no kvspec variant keywords) runs the default variant."""
     if variant not in VARIANTS.get(policy, ()):
         raise InvalidArgument(
             f"unknown {policy} variant {variant!r}; choose one of {VARIANTS.get(policy, ())}"
         )
+    if variant.startswith("r"):
+        return release_keywords(policy, variant[1:])
     if policy == "arc":
         return {"arc_t1_fallback": True} if variant == "t1_fallback" else {}
     return {"lru": "v1"} if variant == "v1" else {}
@@ -116,11 +132,13 @@ class PrepareStoreOutput:
 
 @dataclass(frozen=True)
 class OffloadingEvent:
-    """Blocks stored (``removed=False``) or evicted (``removed=True``) on ``medium``."""
+    """Blocks stored (``removed=False``) or evicted (``removed=True``) on ``medium``;
+    ``metadata_only``: a failed store's removal (``failed_store_event``), no data was written."""
 
     keys: list[Key]
     medium: str
     removed: bool
+    metadata_only: bool = False
 
 
 EventRecord = tuple[tuple[Key, ...], bool]
@@ -134,6 +152,7 @@ class CachePolicy(Protocol):
     def insert(self, key: Key, block: BlockStatus) -> None: ...
     def remove(self, key: Key) -> None: ...
     def touch(self, keys: Iterable[Key], req_context: object = None) -> None: ...
+    def on_store_miss(self, keys: Sequence[Key]) -> None: ...
     def evict(
         self, n: int, protected: AbstractSet[Key]
     ) -> list[tuple[Key, BlockStatus]] | None: ...
@@ -214,6 +233,39 @@ def make_policy(
     raise InvalidArgument(f"Unknown cache policy: {cache_policy!r}. Supported: {CACHE_POLICIES}")
 
 
+def check_release_features(
+    threshold_counting: str, threshold_scope: str, arc_store_miss: bool, failed_store_event: bool
+) -> None:
+    """Validate the release features (shared by spec and impl; ``InvalidArgument``)."""
+    if threshold_counting not in THRESHOLD_COUNTINGS:
+        raise InvalidArgument(
+            f"threshold_counting must be one of {THRESHOLD_COUNTINGS}, got {threshold_counting!r}"
+        )
+    if threshold_scope not in THRESHOLD_SCOPES:
+        raise InvalidArgument(
+            f"threshold_scope must be one of {THRESHOLD_SCOPES}, got {threshold_scope!r}"
+        )
+    for name, flag in (
+        ("arc_store_miss", arc_store_miss),
+        ("failed_store_event", failed_store_event),
+    ):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{name} must be a bool, got {flag!r}")
+
+
+def filter_metadata_only(
+    event: OffloadingEvent, is_cached: Callable[[Key], bool]
+) -> Iterator[OffloadingEvent]:
+    """``event`` as ``take_events`` yields it: a ``metadata_only`` removal without the keys that
+    are cached again (nothing if none is left); any other event as it is."""
+    if not event.metadata_only:
+        yield event
+        return
+    keys = [k for k in event.keys if not is_cached(k)]
+    if keys:
+        yield OffloadingEvent(keys=keys, medium=event.medium, removed=True, metadata_only=True)
+
+
 def check_constructor(
     num_blocks: int, store_threshold: int, max_tracker_size: int, arc_t1_fallback: bool
 ) -> None:
@@ -247,12 +299,24 @@ class CPUOffloadingManager:
         *,
         arc_t1_fallback: bool = False,
         lru: LRUVariant = "v2",
+        threshold_counting: ThresholdCounting = "lookup",
+        threshold_scope: ThresholdScope = "all_inputs",
+        arc_store_miss: bool = False,
+        failed_store_event: bool = False,
     ) -> None:
         """Pre: ``num_blocks >= 0``; ``cache_policy`` in ``("lru", "arc")``; ``lru`` in
-        ``("v1", "v2")`` (ignored by ARC); ``arc_t1_fallback`` a bool (ignored by LRU);
-        ``max_tracker_size >= 1`` when ``store_threshold >= 2``. Post: no block cached, no id
-        handed out, no event."""
+        ``("v1", "v2")`` (ignored by ARC); ``arc_t1_fallback`` and ``arc_store_miss`` bools
+        (ignored by LRU); ``max_tracker_size >= 1`` when ``store_threshold >= 2``; the release
+        features as :mod:`spec.vllm.releases` names them. Post: no block cached, no id handed out,
+        no event."""
         check_constructor(num_blocks, store_threshold, max_tracker_size, arc_t1_fallback)
+        check_release_features(
+            threshold_counting, threshold_scope, arc_store_miss, failed_store_event
+        )
+        self.threshold_counting = threshold_counting
+        self.threshold_scope = threshold_scope
+        self.arc_store_miss = arc_store_miss and cache_policy == "arc"
+        self.failed_store_event = failed_store_event
         self.medium = CPULoadStoreSpec.medium()
         self._num_blocks = num_blocks
         self._num_allocated_blocks = 0
@@ -296,11 +360,12 @@ class CPUOffloadingManager:
     def lookup(self, key: Key, req_context: object = None) -> LookupResult:
         """Whether ``key`` is cached (§1.2, #41795).
 
-        Post: with the threshold tracker on, ``key``'s count is bumped and it becomes the newest
-        tracker entry (the oldest entry is dropped first if the tracker is full). Returns ``MISS``
-        (not cached), ``HIT_PENDING`` (store in flight) or ``HIT`` (ready).
+        Post: with the threshold tracker on and ``threshold_counting="lookup"``, ``key``'s count
+        is bumped and it becomes the newest tracker entry (the oldest entry is dropped first if the
+        tracker is full). Returns ``MISS`` (not cached), ``HIT_PENDING`` (store in flight) or
+        ``HIT`` (ready).
         """
-        if self.counts is not None:
+        if self.counts is not None and self.threshold_counting == "lookup":
             if key in self.counts:
                 self.counts.move_to_end(key)
                 self.counts[key] += 1
@@ -382,25 +447,37 @@ class CPUOffloadingManager:
         """Allocate blocks for the keys not cached yet, evicting if needed (§1.2).
 
         Pre (validated first, nothing changes on failure): keys are distinct (``InvalidArgument``).
-        Steps: (1) with the tracker on, keep only keys looked up at least ``store_threshold`` times
-        (the skipped count goes to ``stores_skipped_in_current_batch``); (2) ``keys_to_store`` =
-        the remaining keys not cached, in input order — if none, an empty output; (3) ``need`` =
+        Steps: (0) with the tracker on and a store counting mode, count the offered keys
+        (:func:`~spec.vllm.releases.record_offers`; kept even if the call returns ``None``);
+        (1) with the tracker on, the threshold filter (``threshold_scope``: every input key, or
+        only the uncached ones) drops the keys counted fewer than ``store_threshold`` times (their
+        number goes to ``stores_skipped_in_current_batch``); (2) ``keys_to_store`` = the kept keys
+        not cached, in input order; with ``arc_store_miss`` they adapt the ARC target as ghost hits
+        (kept even if the call returns ``None``); if none, an empty output; (3) ``need`` =
         ``len(keys_to_store)`` minus free ids; if ``need > 0``: ``None`` if ``need`` exceeds the idle
-        blocks (#45757 guard), else evict ``need`` blocks protecting *all* remaining input keys
-        (#35846) — ``None`` if the policy cannot (nothing changed) — push the victims' ids in
-        eviction order and emit one ``removed=True`` event; (4) allocate (fresh ids ascending, then
-        LIFO) and insert each key as a pending block (``ref_cnt == -1``).
-        Returns ``PrepareStoreOutput(keys_to_store, ids, evicted_keys)`` or ``None``.
+        blocks (#45757 guard), else evict ``need`` blocks protecting the kept input keys (#35846;
+        ``new_only``: every input key) — ``None`` if the policy cannot (the eviction changed
+        nothing) — push the victims' ids in eviction order and emit one ``removed=True`` event;
+        (4) allocate (fresh ids ascending, then LIFO) and insert each key as a pending block
+        (``ref_cnt == -1``). Returns ``PrepareStoreOutput(keys_to_store, ids, evicted_keys)`` or
+        ``None``.
         """
         keys = list(keys)
         if len(set(keys)) != len(keys):
             dupes = [k for k, n in Counter(keys).items() if n > 1]
             raise InvalidArgument(f"prepare_store keys must be distinct; repeated: {dupes!r}")
-        if self.counts is not None:
-            counts, num_keys = self.counts, len(keys)
-            keys = [k for k in keys if counts.get(k, 0) >= self.store_threshold]
-            self.stores_skipped_in_current_batch += num_keys - len(keys)
-        keys_to_store = [k for k in keys if self._policy.get(k) is None]
+        if self.counts is not None and self.threshold_counting != "lookup":
+            record_offers(self.counts, keys, self.max_tracker_size, self.threshold_counting)
+        keys_to_store, protected, skipped = select_store_keys(
+            keys,
+            self.counts,
+            self.store_threshold,
+            lambda k: self._policy.get(k) is not None,
+            self.threshold_scope,
+        )
+        self.stores_skipped_in_current_batch += skipped
+        if self.arc_store_miss:
+            self._policy.on_store_miss(keys_to_store)
         if not keys_to_store:
             return PrepareStoreOutput(
                 keys_to_store=[], store_spec=CPULoadStoreSpec(()), evicted_keys=[]
@@ -410,7 +487,7 @@ class CPUOffloadingManager:
         if need > 0:
             if need > self._num_evictable_cache_blocks:
                 return None  # #45757 fast fail (never changes a result here: a scan is exact)
-            evicted = self._policy.evict(need, set(keys))  # #35846: protect all input keys
+            evicted = self._policy.evict(need, protected)  # #35846: protect the input keys
             if evicted is None:
                 return None  # the policy's eviction is atomic: nothing changed
             for key, block in evicted:
@@ -434,9 +511,11 @@ class CPUOffloadingManager:
         Pre: none — keys that are not cached or already ready are skipped (not an error, as
         upstream). Post for each pending key: ``success`` -> ready and idle (``ref_cnt = 0``,
         evictable; LRU v2: most recent), and one ``removed=False`` event lists them; failure ->
-        removed from the policy with no ghost entry and no event, its id pushed on the free list.
+        removed from the policy with no ghost entry, its id pushed on the free list, and no event
+        (``failed_store_event``: one ``removed=True``, ``metadata_only`` event lists them).
         """
         stored: list[Key] = []
+        dropped: list[Key] = []
         for key in keys:
             block = self._policy.get(key)
             if block is None or block.is_ready:
@@ -448,7 +527,12 @@ class CPUOffloadingManager:
             else:
                 self._policy.remove(key)
                 self._free_list.append(block.block_id)
+                dropped.append(key)
         self._emit(stored, removed=False)
+        if self.failed_store_event and dropped and self.events is not None:
+            self.events.append(
+                OffloadingEvent(keys=dropped, medium=self.medium, removed=True, metadata_only=True)
+            )
 
     # ----------------------------------------------------------------- lifecycle
     def reset_cache(self) -> None:
@@ -462,8 +546,10 @@ class CPUOffloadingManager:
         """Yield the pending events, oldest first, then clear them (§1.2).
 
         Pre: none. Post (once the generator is exhausted — it is lazy, as upstream): no pending
-        event. Yields nothing when events are disabled.
+        event. Yields nothing when events are disabled. A ``metadata_only`` removal yields only its
+        keys that are not cached again by now, and nothing if none is left.
         """
         if self.events is not None:
-            yield from self.events
+            for event in self.events:
+                yield from filter_metadata_only(event, lambda k: self._policy.get(k) is not None)
             self.events.clear()
