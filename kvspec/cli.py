@@ -357,10 +357,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- parser
 def _flags(p: argparse.ArgumentParser, what: str) -> None:
-    """The components' boolean checker options (``--soundness``, …) on ``p``."""
+    """The components' checker options on ``p``: boolean flags (``--soundness``, …) and valued
+    settings (``--request-module MOD``, …)."""
     for flag, text in components.all_flags().items():
         owners = ", ".join(components.with_flag(flag))
         p.add_argument(f"--{flag}", action="store_true", help=f"{owners}: {what}{text}")
+    for name, text in components.all_settings().items():
+        owners = ", ".join(c.name for c in components.all_components() if name in c.settings)
+        p.add_argument(f"--{name.replace('_', '-')}", metavar="VALUE", help=f"{owners}: {text}")
 
 
 def _inputs(p: argparse.ArgumentParser, default: str | None) -> None:

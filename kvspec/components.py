@@ -16,6 +16,7 @@ record plus its spec, impl and driver: docs/adding-a-component.md walks through 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,15 @@ def resolve(ref: Ref) -> Any:
     for part in attribute.split("."):
         value = getattr(value, part)
     return value
+
+
+def _accepts(cls: Any, keyword: str) -> bool:
+    """Whether constructing ``cls`` takes ``keyword`` (or any keyword); unknown: assume so."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 class ComponentError(ValueError):
@@ -82,8 +92,14 @@ class Component:
     required_api: tuple[str, ...]
     checker: Ref  # a CheckerDef
     variants: tuple[str, ...] = ()  # named variants, the default first; () = none
+    # the constructor keyword that selects a non-default variant: a target without it (upstream's
+    # own class) implements the default variant only, which is then checked instead of drawing
+    variant_keyword: str | None = None
     fixed_options: Mapping[str, Any] = field(default_factory=dict)  # given to every checker run
     flags: Mapping[str, str] = field(default_factory=dict)  # boolean checker options: name -> help
+    settings: Mapping[str, str] = field(
+        default_factory=dict
+    )  # valued checker options: name -> help
     targets: Mapping[str, str] = field(default_factory=dict)  # extra built-in target names
     mutants: Ref = ()  # a sequence of stateful_tests.checker.Mutant
     equivalent_mutants: Ref = ()  # planted changes proved not to be bugs (must survive)
@@ -129,7 +145,15 @@ class Component:
         if variant is not None:
             return self.check_variant(variant)
         own = getattr(target_cls, "kvspec_variant", None)
-        return self.check_variant(own) if isinstance(own, str) and self.variants else None
+        if isinstance(own, str) and self.variants:
+            return self.check_variant(own)
+        if (
+            self.variants
+            and self.variant_keyword
+            and not _accepts(target_cls, self.variant_keyword)
+        ):
+            return self.variants[0]
+        return None
 
     def options(self, **given: Any) -> dict[str, Any]:
         """The checker options of a run: the fixed ones, then those ``given`` that are not ``None``
@@ -347,9 +371,14 @@ _BUILTIN: tuple[Component, ...] = (
         required_api=_INFINILM_SCHEDULER_API,
         checker="stateful_tests.infinilm_scheduler:CHECKER",
         variants=RESERVATIONS,
+        variant_keyword="reservation",
         flags={
             "soundness": "also fail when a decode step runs out of pages without draft tokens "
             "(admission_soundness)"
+        },
+        settings={
+            "request_module": "the module holding the target's InferenceRequest and "
+            "RequestStatus (default: the target's own module)"
         },
         mutants="stateful_tests.mutants_infinilm:SCHEDULER_MUTANTS",
         explorer=ExplorerPlan(
@@ -375,6 +404,7 @@ _BUILTIN: tuple[Component, ...] = (
         required_api=_VLLM_OFFLOAD_API,
         checker="stateful_tests.vllm_offload:CHECKER",
         variants=OFFLOAD_VARIANTS["arc"],
+        variant_keyword="arc_t1_fallback",
         fixed_options={"policy": "arc"},
         targets={"vllm": _VLLM_ADAPTER},
         mutants="stateful_tests.mutants_vllm:ARC_MUTANTS",
@@ -391,6 +421,7 @@ _BUILTIN: tuple[Component, ...] = (
         required_api=_VLLM_OFFLOAD_API,
         checker="stateful_tests.vllm_offload:CHECKER",
         variants=OFFLOAD_VARIANTS["lru"],
+        variant_keyword="lru",
         fixed_options={"policy": "lru"},
         targets={"vllm": _VLLM_ADAPTER},
         mutants="stateful_tests.mutants_vllm:LRU_MUTANTS",
@@ -477,14 +508,29 @@ def describe_variants() -> str:
     return "; ".join(f"{c.name}: {', '.join(c.variants)}" for c in _REGISTRY.values() if c.variants)
 
 
+def all_settings() -> dict[str, str]:
+    """Every valued checker option any component takes -> its help text."""
+    settings: dict[str, str] = {}
+    for c in _REGISTRY.values():
+        for name, text in c.settings.items():
+            settings.setdefault(name, text)
+    return settings
+
+
 def options_of(component: Component, values: Mapping[str, Any]) -> Options:
-    """The flags among ``values`` (e.g. parsed CLI arguments) that ``component`` takes; a flag
-    that is set for a component without it is a ``ComponentError``."""
+    """The flags and settings among ``values`` (e.g. parsed CLI arguments) that ``component``
+    takes; one given for a component without it is a ``ComponentError``."""
     chosen: dict[str, Any] = {}
-    for flag in all_flags():
-        if values.get(flag):
-            if flag not in component.flags:
-                owners = ", ".join(with_flag(flag))
-                raise ComponentError(f"--{flag} applies to {owners}, not {component.name}")
-            chosen[flag] = True
+    for name in (*all_flags(), *all_settings()):
+        value = values.get(name)
+        if value is None or value is False:
+            continue
+        if name not in component.flags and name not in component.settings:
+            owners = ", ".join(
+                c.name for c in _REGISTRY.values() if name in c.flags or name in c.settings
+            )
+            raise ComponentError(
+                f"--{name.replace('_', '-')} applies to {owners}, not {component.name}"
+            )
+        chosen[name] = value
     return chosen

@@ -211,3 +211,15 @@ def test_a_call_that_never_returns_is_a_hang(toy: Any, capsys: pytest.CaptureFix
     cx = json.loads(capsys.readouterr().out)["counterexample"]
     assert cx["check"] == "hang" and cx["steps"][-1]["method"] == "take"
     assert "TimeoutError" in cx["steps"][-1]["target"]
+
+
+def test_a_target_without_the_variant_keyword_is_checked_in_the_default_variant(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = f"{__name__}:UpstreamShapedScheduler"
+    argv = ["fuzz", SCHED, "--target", target, "--ops", "400", "--json"]
+    assert main([*argv, "--request-module", "spec.infinilm.request"]) == 0
+    assert json.loads(capsys.readouterr().out)["variant"] == "legacy"  # not drawn
+    assert main(["fuzz", "vllm-arc", "--request-module", "x", "--ops", "5"]) == 2
+    assert "--request-module applies to infinilm-scheduler" in capsys.readouterr().err
