@@ -119,7 +119,7 @@ class ARCCachePolicy:
 
     def touch(self, keys: Iterable[Key], req_context: object = None) -> None:
         # Same arithmetic, in the same order, as the spec: the float target must match bit for bit.
-        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
+        t1, t2 = self.t1, self.t2
         for key in reversed(list(keys)):
             block = t1.pop(key, None)
             if block is not None:
@@ -129,27 +129,24 @@ class ARCCachePolicy:
                     t1[key] = block
             elif key in t2:
                 t2.move_to_end(key)
-            elif key in b1:
-                delta = max(1, len(b2) / len(b1))
-                self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
-                b1.move_to_end(key)
-            elif key in b2:
-                delta = max(1, len(b1) / len(b2))
-                self.target_t1_size = max(self.target_t1_size - delta, 0)
-                b2.move_to_end(key)
+            else:
+                self._ghost_hit(key)
 
     def on_store_miss(self, keys: Sequence[Key]) -> None:
         # keys about to be stored are never cached: only the ghost branch of touch applies
-        b1, b2 = self.b1, self.b2
         for key in reversed(keys):
-            if key in b1:
-                delta = max(1, len(b2) / len(b1))
-                self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
-                b1.move_to_end(key)
-            elif key in b2:
-                delta = max(1, len(b1) / len(b2))
-                self.target_t1_size = max(self.target_t1_size - delta, 0)
-                b2.move_to_end(key)
+            self._ghost_hit(key)
+
+    def _ghost_hit(self, key: Key) -> None:
+        b1, b2 = self.b1, self.b2
+        if key in b1:
+            delta = max(1, len(b2) / len(b1))
+            self.target_t1_size = min(self.target_t1_size + delta, self.cache_capacity)
+            b1.move_to_end(key)
+        elif key in b2:
+            delta = max(1, len(b1) / len(b2))
+            self.target_t1_size = max(self.target_t1_size - delta, 0)
+            b2.move_to_end(key)
 
     def evict(self, n: int, protected: AbstractSet[Key]) -> list[tuple[Key, BlockStatus]] | None:
         check_count("n", n)
