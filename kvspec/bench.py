@@ -112,6 +112,17 @@ def _restore(bm: Any) -> None:
         bm.free_blocks(table)
 
 
+def _reset_layout(bm: Any) -> None:
+    """Rebuild the used set in id order, the order the fixture built it in (untimed). Evicting a
+    page and taking it back leaves a deleted slot at the front of the set's table and moves the page
+    elsewhere, so without this each round's scan would start behind more deleted slots than the
+    last, and a round's figure would depend on its number."""
+    used = bm.used_block_ids
+    pages = sorted(used)
+    used.clear()
+    used.update(pages)
+
+
 def _keep(_: Any) -> None:
     """``restore`` for benches whose timed call does not change the fixture."""
 
@@ -124,22 +135,33 @@ def _interleaved(
     restore: Callable[[Any], None],
     calls: int = 1,
     *,
-    rebuild: Callable[[], dict[str, Any]] | None = None,
+    rebuild: Callable[[str], Any] | None = None,
+    warm: bool = False,
+    prepare: Callable[[Any], None] | None = None,
 ) -> dict[str, float]:
     """Median microseconds per call of ``method(*args)``; the sides alternate within every round.
 
     The bound method is looked up before the clock starts, so only the call itself is timed, with
-    the garbage collector paused (as ``timeit`` does). ``rebuild``, when given, returns fresh
-    fixtures for every side at the start of each round, before any side is timed (for calls that
-    consume their fixture, such as ``schedule()``).
+    the garbage collector paused (as ``timeit`` does). ``rebuild``, when given, returns a fresh
+    fixture for the named side right before that side is timed, every round (for calls that
+    consume their fixture, such as ``schedule()``): each side then runs on a fixture it has just
+    built, rather than one side on the fixture built last and the other on an older one.
+    ``prepare``, when given, runs on a side before its turn (untimed). ``warm``: one untimed call
+    (and ``restore``) right before a side's timed calls, so that neither side is timed on caches
+    the other one, or ``prepare``, just filled.
     """
     samples: dict[str, list[float]] = {name: [] for name in sides}
     for r in range(rounds):
-        if rebuild is not None:
-            sides = rebuild()
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for name in order:
+            if rebuild is not None:
+                sides[name] = rebuild(name)
             fn = getattr(sides[name], method)
+            if prepare is not None:
+                prepare(sides[name])
+            if warm:
+                fn(*args)
+                restore(sides[name])
             gc_was_on = gc.isenabled()
             gc.disable()
             t0 = time.perf_counter_ns()
@@ -153,6 +175,22 @@ def _interleaved(
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+RECLAIM_BATCH = 16
+
+
+def _reclaim_calls(unreferenced: int, requested: int) -> int:
+    """Calls per timed sample. A ``try_free_blocks`` that evicts one page takes well under a
+    microsecond, about what reading the clock twice costs, so such a sample is a batch of calls,
+    but only where every call of the batch does the first one's work: with ``requested == 1`` each
+    call evicts exactly one page on both sides (the deficit never exceeds one; quirk A), 16 of
+    hundreds or thousands of candidates, and with no candidate nothing changes. Elsewhere the
+    pages freed by the first call would shrink the next one's deficit, so those are timed one call
+    per sample."""
+    if unreferenced == 0 or requested == 1:
+        return RECLAIM_BATCH
+    return 1
+
+
 def bench_reclaim(rounds: int, quick: bool = False) -> Iterator[Row]:
     cases = RECLAIM_CASES if not quick else [c for c in RECLAIM_CASES if c[0] <= 8192]
     for pages, unreferenced, requested in cases:
@@ -160,9 +198,19 @@ def bench_reclaim(rounds: int, quick: bool = False) -> Iterator[Row]:
             "baseline": _reclaim_fixture(SpecBlockManager, pages, unreferenced),
             "impl": _reclaim_fixture(ImplBlockManager, pages, unreferenced),
         }
-        med = _interleaved(rounds, sides, "try_free_blocks", (requested,), _restore)
+        calls = _reclaim_calls(unreferenced, requested)
+        med = _interleaved(
+            rounds,
+            sides,
+            "try_free_blocks",
+            (requested,),
+            _restore,
+            calls,
+            warm=True,
+            prepare=_reset_layout,
+        )
         yield Row(
-            {"pages": pages, "unreferenced": unreferenced, "requested": requested},
+            {"pages": pages, "unreferenced": unreferenced, "requested": requested, "calls": calls},
             med["baseline"],
             med["impl"],
             RECLAIM_GOALS[(pages, unreferenced, requested)],
@@ -225,13 +273,12 @@ def bench_schedule(rounds: int, quick: bool = False) -> Iterator[Row]:
     check) vs the impl (one scan per step, PR #579); each on its own block manager."""
     for running, waiting in SCHEDULE_CASES:
 
-        def build(running: int = running, waiting: int = waiting) -> dict[str, Any]:
-            return {
-                "baseline": _schedule_fixture(SpecScheduler, running, waiting),
-                "impl": _schedule_fixture(ImplScheduler, running, waiting),
-            }
+        def build(side: str, running: int = running, waiting: int = waiting) -> Any:
+            cls = SpecScheduler if side == "baseline" else ImplScheduler
+            return _schedule_fixture(cls, running, waiting)
 
-        med = _interleaved(rounds, build(), "schedule", (), _keep, rebuild=build)
+        sides = dict.fromkeys(("baseline", "impl"))  # rebuild builds each before its turn
+        med = _interleaved(rounds, sides, "schedule", (), _keep, rebuild=build)
         pr = SCHEDULE_PR[(running, waiting)]
         yield Row(
             {
@@ -471,13 +518,10 @@ def _offload_row(
     Returns the measured facts of the fixture (list sizes, victims' origin) and the medians.
     """
 
-    def build() -> dict[str, Any]:
-        return {
-            "baseline": _offload_fixture(spec_cls, plan, policy, lru),
-            "impl": _offload_fixture(impl_cls, plan, policy, lru),
-        }
+    def build(side: str) -> Any:
+        return _offload_fixture(spec_cls if side == "baseline" else impl_cls, plan, policy, lru)
 
-    sides = build()
+    sides = {side: build(side) for side in ("baseline", "impl")}
     fixture = sides["baseline"]._policy
     if policy == "arc":
         t1, t2 = set(fixture.t1), set(fixture.t2)
@@ -497,7 +541,7 @@ def _offload_row(
     if policy == "arc":
         facts["evicted_t1"] = sum(1 for k in evicted if k in t1)
         facts["evicted_t2"] = sum(1 for k in evicted if k in t2)
-    # the rebuild hook builds fresh fixtures before every round; only the names are needed here
+    # the rebuild hook builds each side's fixture before its turn; only the names are needed here
     med = _interleaved(
         rounds, dict.fromkeys(sides), "prepare_store", (plan.new,), _keep, rebuild=build
     )

@@ -136,9 +136,10 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "reclaim-bounded-vs-legacy",
         "diffbehavior",
-        (f"{_P}.legacy_reclaim_on_pages", f"{_P}.bounded_reclaim_on_pages"),
+        (f"{_P}.legacy_reclaim_on_pages", f"{_P}.try_free_blocks_on_pages"),
         budget=100,
-        about="PR #578: bounded candidate scan evicts the pages legacy's full scan evicts",
+        about="PR #578: the impl's try_free_blocks (bounded scan, inlined) evicts the pages "
+        "legacy's full scan evicts",
         quick=True,
     ),
     Check(
@@ -177,9 +178,10 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "contract-bounded-reclaim",
         "contract",
-        (f"{_P}.bounded_reclaim_on_pages",),
+        (f"{_P}.try_free_blocks_on_pages",),
         budget=50,
-        about="bounded_reclaim: a prefix of the candidates, >= 1 if any, all on failure, <= deficit",
+        about="impl try_free_blocks: a prefix of the candidates, >= 1 if any, all on failure, "
+        "<= deficit",
     ),
     Check(
         "contract-per-step-admissions",
@@ -237,7 +239,7 @@ CHECKS: tuple[Check, ...] = (
         "backend",
         (f"{PROPERTIES}::test_{_RECLAIM}",),
         budget=40,
-        about="hypothesis property bounded reclaim == legacy reclaim on CrossHair",
+        about="hypothesis property impl try_free_blocks == legacy reclaim on CrossHair",
     ),
 )
 
@@ -287,6 +289,18 @@ PLANTED: tuple[Check, ...] = (
         _RECLAIM_LEGACY,
         "reclaim_in_id_order",
         "§9.3: id order, not set order",
+    ),
+    _planted(
+        "reclaim-method-one-page-path-widened",
+        _RECLAIM_LEGACY,
+        "reclaim_method_one_page_path_widened",
+        "the impl method's one-page path taken two pages short",
+    ),
+    _planted(
+        "reclaim-method-result-strict",
+        _RECLAIM_LEGACY,
+        "reclaim_method_result_strict",
+        "the impl method's result tested with > for >=",
     ),
     _planted(
         "admission-hoists-extra",
@@ -343,7 +357,7 @@ PLANTED: tuple[Check, ...] = (
         "contract",
         (f"{_M}.reclaim_one_short_on_pages",),
         budget=PLANTED_BUDGET,
-        about="the off-by-one bound under bounded_reclaim's contract",
+        about="the off-by-one bound under try_free_blocks' contract",
         expect="found",
     ),
     Check(

@@ -14,16 +14,22 @@ shows CrossHair finding no difference; its docstring says why there is none).
 
 from __future__ import annotations
 
+import inspect
+import textwrap
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from impl.infinilm import block_manager as impl_block_manager
+from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.infinilm.kernels import add_reservation, remove_reservation, snapshot_due
 from impl.vllm.arc import one_pass_victims
 from proofs.crosshair_pairs import (  # noqa: F401 (used by contracts)
+    Method,
     arc_on_flags,
     arc_well_formed,
     candidates_of,
     every_n,
+    method_on_pages,
     on_pages,
 )
 from spec.infinilm.kernels import Candidate, PageTable, admits, scan_reservation
@@ -35,7 +41,7 @@ B = TypeVar("B")
 def _bounded(
     used: Iterable[int], blocks: PageTable, num_free: int, num_required: int, limit: int
 ) -> tuple[list[int], bool]:
-    """The bounded scan with a given bound (``bounded_reclaim``'s loop)."""
+    """The bounded scan with a given bound (the loop of the impl's ``try_free_blocks``)."""
     victims: list[int] = []
     if limit <= 0:
         return victims, num_free >= num_required
@@ -105,10 +111,39 @@ reclaim_evicts_referenced = on_pages(_evicts_referenced)
 reclaim_in_id_order = on_pages(_in_id_order)
 
 
+def _method_with(old: str, new: str) -> Method:
+    """The production ``try_free_blocks`` with one source change: the code that runs, planted,
+    rather than a re-written copy of it. Raises if ``old`` is not found exactly once, so a change
+    to the method cannot silently turn the planted variant into the real one."""
+    source = textwrap.dedent(inspect.getsource(ImplBlockManager.try_free_blocks))
+    if source.count(old) != 1:
+        raise RuntimeError(f"planted method: {old!r} occurs {source.count(old)} times, not once")
+    line = next(line for line in source.splitlines() if old in line)
+    new = new.replace(
+        "\n", "\n" + line[: len(line) - len(line.lstrip())]
+    )  # keep the block's indent
+    namespace = dict(vars(impl_block_manager))
+    exec(compile(source.replace(old, new), f"<try_free_blocks with {new!r}>", "exec"), namespace)
+    method: Method = namespace["try_free_blocks"]
+    return method
+
+
+# Planted in the method itself (issue: the inlined scan must still be checked as it runs).
+reclaim_method_one_page_path_widened = method_on_pages(
+    _method_with("if limit <= 1:", "if limit <= 2:")
+)
+reclaim_method_result_strict = method_on_pages(
+    _method_with(
+        "return num_free + len(victims) >= num_required",
+        "return num_free + len(victims) > num_required",
+    )
+)
+
+
 def reclaim_one_short_on_pages(
     refs: list[int], num_free: int, num_required: int
 ) -> tuple[list[int], bool]:
-    """The off-by-one bound under ``bounded_reclaim_on_pages``'s contract: ``crosshair check`` must
+    """The off-by-one bound under ``try_free_blocks_on_pages``' contract: ``crosshair check`` must
     report a violated postcondition.
 
     pre: num_free >= 0 and num_required >= 0

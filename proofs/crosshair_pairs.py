@@ -6,8 +6,11 @@ lists and ints, and ``crosshair diffbehavior`` needs both functions of a pair to
 arguments. So each adapter here takes the used set as a plain list of reference counts in
 iteration order (:func:`used_set` gives the pages distinct ids that are *not* in iteration order),
 builds the table, and computes what the optimised kernel's caller maintains (the candidate count)
-the way the invariant says it must be. The adapters carry the reclamation contracts that
-``crosshair check`` verifies.
+the way the invariant says it must be. The production side is not a kernel: the impl runs PR #578's
+bounded scan inlined in ``try_free_blocks`` (a kernel call per reclaim cost a third of the ratio),
+so :func:`try_free_blocks_on_pages` runs that method itself on a model block manager built from
+the same plain data. The adapters carry the reclamation contracts that ``crosshair check``
+verifies.
 
 vLLM's ARC victim selection gets the same treatment at the end of the module (``arc_*``: eligibility
 flags for lists, the selection for every ``n`` for diffbehavior, contracts on the impl kernel).
@@ -23,7 +26,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from impl.infinilm.kernels import bounded_reclaim
+from impl.infinilm.block_manager import Block as ImplBlock
+from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.vllm.arc import one_pass_victims
 from spec.infinilm.kernels import PageTable, legacy_reclaim
 from spec.vllm.arc import rescan_victims
@@ -79,8 +83,10 @@ def legacy_reclaim_on_pages(refs: list[int], num_free: int, num_required: int) -
 
 
 def on_pages(kernel: BoundedKernel) -> Callable[[list[int], int, int], Result]:
-    """A bounded-reclamation kernel on the used set of :func:`used_set`, given the candidate
-    count its caller keeps (``len(used) - num_referenced``). Planted variants reuse it."""
+    """A bounded-reclamation kernel (a function of the used set, the page table, the free count,
+    the request and the candidate count the caller keeps, ``len(used) - num_referenced``) on the
+    used set of :func:`used_set`. The planted variants of :mod:`proofs.crosshair_mutants` are such
+    kernels: each is the production method's scan with one hazard."""
 
     def run(refs: list[int], num_free: int, num_required: int) -> Result:
         in_domain(num_free, num_required)
@@ -92,14 +98,76 @@ def on_pages(kernel: BoundedKernel) -> Callable[[list[int], int, int], Result]:
     return run
 
 
-_bounded_on_pages = on_pages(bounded_reclaim)
+# Two prefix hashes, alternating over the pages: evicting a page removes it from a hash's page set
+# and, when it was the last, the hash from the index, so both branches of the eviction run.
+_HASHES = (b"\x01", b"\x02")
 
 
-def bounded_reclaim_on_pages(refs: list[int], num_free: int, num_required: int) -> Result:
-    """:func:`impl.infinilm.kernels.bounded_reclaim` on the used set of :func:`used_set`, given
-    the candidate count its caller keeps. Together the postconditions pin down legacy's result:
-    a prefix of the candidates, at least one if any (quirk A), all of them on failure (quirk B),
-    never more than the deficit.
+Method = Callable[[Any, int], bool]
+
+
+class FreePages:
+    """The free deque as ``try_free_blocks`` uses it (its length, ``append``), holding a symbolic
+    number of pages without listing them: a real deque of ``num_free`` pages would make CrossHair
+    pick a concrete ``num_free`` on every path and spend its budget on free-list lengths."""
+
+    def __init__(self, num_free: int) -> None:
+        self.num_free = num_free
+        self.appended: list[int] = []
+
+    def __len__(self) -> int:
+        return self.num_free + len(self.appended)
+
+    def append(self, page: int) -> None:
+        self.appended.append(page)
+
+
+def _model(refs: list[int], num_free: int) -> Any:
+    """A production block manager whose state is the used set of :func:`used_set`: a page table of
+    the impl's own ``Block`` objects, every used page indexed under one of two hashes, ``num_free``
+    free pages (:class:`FreePages`) and the ``num_referenced`` counter as its invariant says. Built
+    attribute by attribute (the constructor would allocate the pages itself); the used set is a
+    list, so that its iteration order is the one ``refs`` gives."""
+    used, _ = used_set(refs)
+    blocks = [ImplBlock(page) for page in range(len(refs))]
+    index: dict[bytes, set[int]] = {}
+    for page, ref in zip(used, refs, strict=True):
+        blocks[page].ref_count = ref
+        blocks[page].hash = _HASHES[page % 2]
+        index.setdefault(blocks[page].hash, set()).add(page)
+    model: Any = object.__new__(ImplBlockManager)
+    model.num_blocks = len(refs)
+    model.blocks = blocks
+    model.used_block_ids = used
+    model.free_block_ids = FreePages(num_free)
+    model.hash_to_block_ids = index
+    model.num_referenced = sum(1 for ref in refs if ref != 0)  # used - referenced = candidates
+    return model
+
+
+def method_on_pages(method: Method) -> Callable[[list[int], int, int], Result]:
+    """A ``try_free_blocks`` method run on the model of :func:`_model`: the evicted pages in the
+    order they reached the free deque, and the method's return value. Planted variants of the
+    production method (:mod:`proofs.crosshair_mutants`) reuse it."""
+
+    def run(refs: list[int], num_free: int, num_required: int) -> Result:
+        in_domain(num_free, num_required)
+        model = _model(refs, num_free)
+        enough = method(model, num_required)
+        return model.free_block_ids.appended, enough
+
+    return run
+
+
+_method_on_pages = method_on_pages(ImplBlockManager.try_free_blocks)
+
+
+def try_free_blocks_on_pages(refs: list[int], num_free: int, num_required: int) -> Result:
+    """The production method :meth:`impl.infinilm.block_manager.BlockManager.try_free_blocks`
+    itself (PR #578's bounded scan, inlined there for speed) on the model block manager of
+    :func:`_model`. Together the postconditions pin down legacy's result: a prefix of the
+    candidates, at least one if any (quirk A), all of them on failure (quirk B), never more than
+    the deficit.
 
     pre: num_free >= 0 and num_required >= 0
     post: __return__[0] == candidates_of(refs)[: len(__return__[0])]
@@ -108,7 +176,7 @@ def bounded_reclaim_on_pages(refs: list[int], num_free: int, num_required: int) 
     post: __return__[1] or __return__[0] == candidates_of(refs)
     post: len(__return__[0]) <= max(num_required - num_free, 1)
     """
-    return _bounded_on_pages(refs, num_free, num_required)
+    return _method_on_pages(refs, num_free, num_required)
 
 
 # ----------------------------------------------------------------------------- ARC victim selection

@@ -37,7 +37,7 @@ def _subject(variable: str, default: str) -> Callable[..., Any]:
 
 counter = _subject("KVSPEC_CROSSHAIR_COUNTER", "impl.infinilm.kernels:reservations_by_counter")
 admissions = _subject("KVSPEC_CROSSHAIR_ADMISSIONS", "impl.infinilm.kernels:per_step_admissions")
-reclaim = _subject("KVSPEC_CROSSHAIR_RECLAIM", "proofs.crosshair_pairs:bounded_reclaim_on_pages")
+reclaim = _subject("KVSPEC_CROSSHAIR_RECLAIM", "proofs.crosshair_pairs:try_free_blocks_on_pages")
 
 CROSSHAIR = settings(
     backend="crosshair",
@@ -79,7 +79,7 @@ def test_per_step_snapshot_admits_as_per_candidate_scan(
 def test_bounded_reclaim_evicts_as_legacy(
     refs: list[int], num_free: int, num_required: int
 ) -> None:
-    """PR #578: the bounded scan evicts the same pages in the same order, with the same result
+    """PR #578: the impl's bounded scan evicts the same pages in the same order, with the same result
     (``refs``: the used pages' ref counts in set order, as in :func:`proofs.crosshair_pairs.used_set`)."""
     assert reclaim(refs, num_free, num_required) == legacy_reclaim_on_pages(
         refs, num_free, num_required

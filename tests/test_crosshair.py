@@ -424,3 +424,17 @@ def test_equivalent_arc_variant_shows_no_difference() -> None:
     outcome = cc.run_check(check)
     assert outcome.status == "pass", outcome.detail
     assert outcome.detail.startswith("no difference"), outcome.detail
+
+
+def test_a_planted_method_variant_is_the_real_method_with_one_change() -> None:
+    """The planted ``try_free_blocks`` variants are the production method's own source with one
+    substitution: a substitution that no longer matches exactly once is an error, never a silent
+    copy of the real method."""
+    from proofs import crosshair_mutants as m
+
+    widened = m.method_on_pages(m._method_with("if limit <= 1:", "if limit <= 2:"))
+    assert widened([0, 0], 0, 2) == ([1], False)  # one page evicted where legacy evicts two
+    with pytest.raises(RuntimeError, match="occurs 0 times"):
+        m._method_with("no such line", "x")
+    with pytest.raises(RuntimeError, match="occurs 2 times"):
+        m._method_with("if blocks[page].ref_count == 0:", "if True:")

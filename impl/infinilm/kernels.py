@@ -1,50 +1,26 @@
-"""Pure kernels of the optimised algorithms: bounded reclamation (#578), the per-step running
-reservation (#579) and the incremental reservation counter (the exact-reservation PR).
+"""Pure kernels of the optimised algorithms: the per-step running reservation (#579) and the
+incremental reservation counter (the exact-reservation PR). Bounded reclamation (#578) is inlined
+in :meth:`impl.infinilm.block_manager.BlockManager.try_free_blocks`, where CrossHair checks the
+method itself (:func:`proofs.crosshair_pairs.try_free_blocks_on_pages`).
 
-The production block manager and scheduler call these; ``kvspec crosshair`` shows each one behaves
-as its legacy counterpart in :mod:`spec.infinilm.kernels` (CrossHair ``diffbehavior``) and checks
-the PEP 316 contracts below (``crosshair check``). Read-only, plain ints, lists and tuples, except
-the page table that reclamation reads (see :mod:`spec.infinilm.kernels`).
+The production scheduler calls these; ``kvspec crosshair`` shows each one behaves as its legacy
+counterpart in :mod:`spec.infinilm.kernels` (CrossHair ``diffbehavior``) and checks the PEP 316
+contracts below (``crosshair check``). Read-only, plain ints, lists and tuples.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from spec.infinilm.kernels import Candidate, PageTable, admits, scan_reservation
+from spec.infinilm.kernels import Candidate, admits, scan_reservation
 
 __all__ = [
     "add_reservation",
-    "bounded_reclaim",
     "per_step_admissions",
     "remove_reservation",
     "reservations_by_counter",
     "snapshot_due",
 ]
-
-
-def bounded_reclaim(
-    used: Iterable[int], blocks: PageTable, num_free: int, num_required: int, num_candidates: int
-) -> tuple[list[int], bool]:
-    """PR #578: the pages to evict and the result, scanning only until they are found.
-
-    Arguments as in :func:`spec.infinilm.kernels.legacy_reclaim`, plus ``num_candidates``, the
-    number of unreferenced used pages, which the caller knows without a scan (relies on
-    referenced_count_matches_live_pages). Evicts the deficit, at least one page (quirk A), at most
-    every candidate (quirk B), in set order. The caller evicts the returned pages *after* the scan,
-    so the used set sees legacy's sequence of removals. Contract (over a plain list of ref counts):
-    :func:`proofs.crosshair_pairs.bounded_reclaim_on_pages`.
-    """
-    if num_candidates == 0:
-        return [], num_free >= num_required
-    limit = min(max(num_required - num_free, 1), num_candidates)  # max(.., 1): quirk A
-    victims: list[int] = []
-    for page in used:
-        if blocks[page].ref_count == 0:
-            victims.append(page)
-            if len(victims) == limit:  # every page that will be evicted is found: stop
-                break
-    return victims, num_free + len(victims) >= num_required
 
 
 def snapshot_due(snapshot: int | None, mamba_ok: bool) -> bool:
