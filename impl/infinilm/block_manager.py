@@ -205,6 +205,10 @@ class BlockManager:
                 add_used(block_id)
                 table.append(block_id)
             self.num_referenced += need
+        page, offset = divmod(num_computed_tokens, size)
+        if offset + num_new_tokens <= size and num_new_tokens:  # _slots' one-page path, inlined
+            base = table[page] * size + offset
+            return table, list(range(base, base + num_new_tokens))
         return table, self._slots(table, num_computed_tokens, total)
 
     def append_slot(self, block_table: list[int], num_tokens: int) -> tuple[list[int], int]:

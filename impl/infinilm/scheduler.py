@@ -185,7 +185,7 @@ class Scheduler(SpecScheduler):
             if req.status in _TERMINAL:
                 self.complete_requests((req,))
                 continue
-            prompt = req.prompt_length
+            prompt, max_tokens = req.prompt_length, req.sampling_params.max_tokens
             if req.num_computed_tokens:  # quirk §9.11, the spec's phase
                 if self._place_requeued(req, tokens, len(batch)) == "deferred":
                     waiting.put(req)
@@ -198,7 +198,9 @@ class Scheduler(SpecScheduler):
                     cached, local = bm.get_computed_blocks(req.block_hashes, prompt - 1)
                 if connector is not None and not has_mamba:
                     external, is_async = connector.get_num_new_matched_tokens(req, local)
-                computed = min(local + external, max(prompt - 1, 0))
+                computed = local + external  # min(local + external, max(prompt - 1, 0)):
+                if computed > prompt - 1:
+                    computed = prompt - 1 if prompt > 0 else 0
                 # _exceeds_token_budget, inlined
                 rejected = not is_async and bool(batch) and tokens + prompt - computed > budget
                 if not rejected:  # can_accept_request, inlined
@@ -217,7 +219,7 @@ class Scheduler(SpecScheduler):
                             running = running_required
                         rejected = not admits(
                             running,
-                            (prompt - local + req.sampling_params.max_tokens + size - 1) // size,
+                            (prompt - local + max_tokens + size - 1) // size,
                             self.pending_kv_decode_blocks,
                             extra,
                             usable(),
@@ -242,10 +244,9 @@ class Scheduler(SpecScheduler):
                     self._wait_for_remote(req)
                     continue
             # prefill_extra_blocks(req, size), inlined
-            extra += max(
-                (prompt + req.sampling_params.max_tokens + size - 1) // size - len(req.block_table),
-                0,
-            )
+            headroom = (prompt + max_tokens + size - 1) // size - len(req.block_table)
+            if headroom > 0:
+                extra += headroom
             batch.append(req)
             tokens += prompt - req.num_local_cached_tokens
             req.status = RequestStatus.RUNNING
