@@ -83,6 +83,19 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--time-limit", type=float, help="stop after S seconds")
     p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes sharing each breadth-first layer (default 1)",
+    )
+    p.add_argument(
+        "--no-memo",
+        dest="memo",
+        action="store_false",
+        help="run every edge instead of judging calls from a pair already explored by their "
+        "remembered outcome (a soundness cross-check)",
+    )
+    p.add_argument(
         "--inputs",
         choices=INPUTS,
         default="all",
@@ -142,6 +155,8 @@ def explore_component(
     progress: Callable[[str, int, int, int], None] | None = None,
     save_dir: Any = None,
     inputs: str = "all",
+    workers: int = 1,
+    memo: bool = True,
 ) -> Any:
     """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given)."""
     from proofs import explorer
@@ -163,6 +178,8 @@ def explore_component(
         progress=progress,
         save_dir=save_dir,
         inputs=inputs,
+        workers=workers,
+        memo=memo,
     )
 
 
@@ -175,7 +192,11 @@ def cmd_explore(args: argparse.Namespace) -> int:
     if comp.explorer is None:
         raise UsageError(f"{comp.name} has no explorer model")
     variant = comp.check_variant(args.variant)
-    for option, value in (("--depth", args.depth), ("--max-states", args.max_states)):
+    for option, value in (
+        ("--depth", args.depth),
+        ("--max-states", args.max_states),
+        ("--workers", args.workers),
+    ):
         if value is not None and value < 1:
             raise UsageError(f"{option} must be at least 1, got {value}")
     if args.time_limit is not None and args.time_limit <= 0:
@@ -216,6 +237,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
                 progress=update,
                 save_dir=TRACE_DIR,
                 inputs=args.inputs,
+                workers=args.workers,
+                memo=args.memo,
             )
     except explorer.ExplorerUnsupported as exc:
         raise UsageError(str(exc)) from None
@@ -231,7 +254,8 @@ def _print(document: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"explore {document['component']} vs {document['target']}")
-    for column in ("variant", "states", "edges", "depth", "seconds", "states/s", "complete"):
+    columns = ("variant", "states", "edges", "depth", "seconds", "states/s", "edges/s", "peak MB")
+    for column in (*columns, "complete"):
         table.add_column(column, justify="right")
     for r in document["runs"]:
         table.add_row(
@@ -241,6 +265,8 @@ def _print(document: dict[str, Any]) -> None:
             str(r["max_depth"]),
             f"{r['seconds']:.1f}",
             f"{r['states_per_second']:,}",
+            f"{r['edges_per_second']:,}",
+            f"{r['peak_memory_mb']:,.0f}",
             "yes" if r["complete"] else "no",
         )
     OUT.print(table)
@@ -261,7 +287,9 @@ def _print(document: dict[str, Any]) -> None:
     OUT.print(
         f"explore {document['component']} vs {document['target']}: {verdict} — "
         f"{document['distinct_states']:,} states, {document['edges']:,} edges in "
-        f"{document['seconds']:.1f}s ({document['states_per_second']:,} states/s)"
+        f"{document['seconds']:.1f}s ({document['states_per_second']:,} states/s, "
+        f"{document['edges_per_second']:,} edges/s, peak {document['peak_memory_mb']:,.0f} MB, "
+        f"{document['workers']} worker{'s' if document['workers'] > 1 else ''})"
         + ("" if document["complete"] or document["violations"] else " — INCOMPLETE")
     )
 

@@ -79,6 +79,10 @@ class Exploration:
             "max_depth": max((r.max_depth for r in results), default=0),
             "seconds": round(seconds, 3),
             "states_per_second": round(states / seconds) if seconds > 0 else 0,
+            "edges_per_second": round(sum(r.edges for r in results) / seconds) if seconds else 0,
+            "executed_calls": sum(r.executed_calls for r in results),
+            "peak_memory_mb": max((round(r.peak_memory_mb, 1) for r in results), default=0.0),
+            "workers": max((r.workers for r in results), default=1),
             "complete": bool(results) and all(r.complete for r in results),
             "violations": violations,
             "runs": [{"variant": v or None, **r.to_json()} for v, r in self.runs],
@@ -101,10 +105,13 @@ def run(
     progress: Callable[[str, int, int, int], None] | None = None,
     save_dir: Path | None = None,
     inputs: str = "all",
+    workers: int = 1,
+    memo: bool = True,
 ) -> Exploration:
     """Explore ``component`` against ``target_cls`` once per variant of ``variants`` (``[""]`` for
     a component without variants), stopping after the first variant that fails. The models are
-    built (and their bounds validated) before the first search starts."""
+    built (and their bounds validated) before the first search starts. ``workers``: processes per
+    search; ``memo=False``: run every edge (no remembered transitions)."""
     out = Exploration(component, target)
     models = [
         (
@@ -129,6 +136,8 @@ def run(
             progress=report,
             save_dir=save_dir,
             inputs=inputs,
+            workers=workers,
+            memo=memo,
         )
         out.runs.append((v, result))
         if not result.passed or (deadline is not None and time.perf_counter() > deadline):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from proofs.explorer.search import Edge, Model, rejected
-from proofs.explorer.set_clone import clone, clone_set, set_layout
+from proofs.explorer.set_clone import clone, clone_set, deep_key, set_layout
 from spec import invariants as inv
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.snapshot import read_block_manager
@@ -144,6 +144,9 @@ def _with(gen: tuple[Holder, ...], old: Holder | None, new: Holder | None) -> tu
 class BlockManagerModel(Model):
     """The block-manager alphabet (mirrors ``stateful_tests.infinilm_block_manager.Driver``)."""
 
+    memo = True  # pair_key is the whole state of both sides (_whole)
+    edges_from_snapshot = True
+
     def __init__(
         self,
         component: str,
@@ -162,6 +165,7 @@ class BlockManagerModel(Model):
         self.contents = list(itertools.product(range(bounds.vocab), repeat=bounds.block_size))
         self._hashes: dict[tuple[int, ...], tuple[bytes, ...]] = {(): ()}
         self._fast: dict[type, Any] = {}
+        self._usable: tuple[Any, int] = (None, 0)
 
     def initial(self) -> tuple[Any, Any, Any]:
         b = self.b
@@ -391,6 +395,26 @@ class BlockManagerModel(Model):
             return fast(obj)
         return clone(obj)
 
+    def pair_key(self, snap: Any, spec: Any, target: Any) -> Hashable:
+        # the snapshot (both sides equal it by now), then what it leaves out on either side
+        return (snap, self._whole(spec), self._whole(target))
+
+    def _whole(self, obj: Any) -> Hashable:
+        """What a snapshot leaves out of a block manager: the sets' tables (future eviction order
+        and pinned copies) and the hidden counter — for kvspec's own classes and their
+        method-only subclasses, which never iterate the prefix index (its dict order is not
+        state); any other object: its whole graph."""
+        fast = self._fast.get(type(obj))
+        if fast is None:
+            fast = self._fast[type(obj)] = _block_manager_cloner(type(obj))
+        if fast is False or not obj.__dict__.keys() <= _BM_ATTRIBUTES:
+            return deep_key(obj)  # type: ignore[no-any-return]
+        return (
+            type(obj),
+            _bm_tables(obj),
+            getattr(obj, "num_referenced", None),
+        )
+
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
         # the sets' tables decide future eviction order and pinned copies; the target's too (a
         # target whose tables differ from the spec's is explored separately: sound, not wasteful
@@ -405,7 +429,9 @@ class BlockManagerModel(Model):
         # before, with another target). The ledger half of the invariant depends on the state
         # only: it is checked once per state, in state_checks, under the same name.
         usable = target.get_total_usable_blocks()
-        if usable != snap.num_blocks - sum(1 for r in snap.ref_counts if r > 0):
+        if snap is not self._usable[0]:  # one snapshot is checked against many calls in a row
+            self._usable = (snap, snap.num_blocks - sum(1 for r in snap.ref_counts if r > 0))
+        if usable != self._usable[1]:
             problem = inv.referenced_count_matches_live_pages(snap, usable)
             return "referenced_count_matches_live_pages", str(problem)
         return None

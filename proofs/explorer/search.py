@@ -32,6 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from proofs.explorer.engine import Expander
 from proofs.explorer.set_clone import clone, cloner_ready
 from stateful_tests.lockstep import (
     Check,
@@ -56,7 +57,7 @@ class Edge:
     must reject it — if it does not, the edge is compared but not followed.
     """
 
-    __slots__ = ("args", "bad", "method", "readonly", "then")
+    __slots__ = ("_ident", "args", "bad", "method", "readonly", "then")
 
     def __init__(
         self,
@@ -72,6 +73,29 @@ class Edge:
         self.then = then
         self.readonly = readonly
         self.bad = bad
+        self._ident: int | None = None
+
+    @property
+    def ident(self) -> int:
+        """The call as a small int (equal calls, equal ints): the transition memo's key."""
+        found = self._ident
+        if found is None:
+            flat = (self.method, *[tuple(a) if type(a) is list else a for a in self.args])
+            try:
+                key: Hashable = (flat, hash(flat))
+            except TypeError:  # nested lists (a scheduler step's plan)
+                key = (self.method, _freeze(self.args))
+            found = self._ident = _IDENTS.setdefault(key, len(_IDENTS))
+        return found
+
+
+_IDENTS: dict[Hashable, int] = {}  # every call seen, numbered (a process-wide, growing table)
+
+
+def _freeze(value: Any) -> Any:
+    if type(value) is list or type(value) is tuple:
+        return (type(value) is list, tuple(_freeze(v) for v in value))
+    return value
 
 
 def rejected(method: str, args: tuple[Any, ...]) -> Edge:
@@ -86,6 +110,10 @@ class Model:
     reader: Callable[[Any], Any]
     snapshot_checks: Mapping[str, str] = {}
     state_invariants: Mapping[str, Callable[[Any], str | None]] = {}
+    # the transition memo (engine.py) is sound only when pair_key covers both objects' whole state
+    memo: bool = False
+    # edges() reads only (snap, gen), never the spec: the edge lists are cached per observable
+    edges_from_snapshot: bool = False
 
     def __init__(
         self,
@@ -117,9 +145,18 @@ class Model:
         """Every call from a state, simplest first (``spec()`` gives a scratch copy of the spec)."""
         raise NotImplementedError
 
+    def reductions(self) -> dict[str, bool]:
+        """The state-space reductions this model applies (each one a bound that turns it off)."""
+        return {}
+
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
         """The canonical state: everything the spec's future and the alphabet depend on."""
         return (snap, gen)
+
+    def pair_key(self, snap: Any, spec: Any, target: Any) -> Hashable:
+        """The spec object and its paired target as one value (the state is this and ``gen``);
+        with ``memo`` it must determine every future call's outcome on both sides."""
+        return self.key(snap, (), spec, target)
 
     def observable(self, snap: Any, gen: Any) -> Hashable:
         """The state without the spec's hidden layout (set tables): ``distinct_snapshots``."""
@@ -197,6 +234,10 @@ class ExploreResult:
     message: str = ""
     violations: list[Violation] = field(default_factory=list)
     dropped_edges: int = 0  # bad inputs the spec accepted (compared, not followed)
+    executed_calls: int = 0  # edges run on both sides (the others: remembered verdicts)
+    peak_memory_mb: float = 0.0  # peak resident memory of the search's processes
+    workers: int = 1
+    reductions: dict[str, bool] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -205,6 +246,10 @@ class ExploreResult:
     @property
     def states_per_second(self) -> float:
         return self.distinct_states / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def edges_per_second(self) -> float:
+        return self.edges / self.seconds if self.seconds > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -217,6 +262,11 @@ class ExploreResult:
             "max_depth": self.max_depth,
             "seconds": round(self.seconds, 3),
             "states_per_second": round(self.states_per_second),
+            "edges_per_second": round(self.edges_per_second),
+            "executed_calls": self.executed_calls,
+            "peak_memory_mb": round(self.peak_memory_mb, 1),
+            "workers": self.workers,
+            "reductions": self.reductions,
             "complete": self.complete,
             "stopped_by": self.stopped_by,
             "message": self.message,
@@ -266,9 +316,12 @@ def explore(
     progress: Progress | None = None,
     save_dir: Path | None = None,
     inputs: str = "all",
+    workers: int = 1,
+    memo: bool = True,
 ) -> ExploreResult:
     """Breadth-first search of ``model`` from its initial state (``inputs="well-formed"``: the
-    bad-input edges are left out).
+    bad-input edges are left out; ``workers``: processes sharing each layer; ``memo=False``: every
+    edge is run, none is judged from a remembered transition).
 
     Stops at the first violation (the shortest counterexample; it is rebuilt, replayed with the
     component's checker and saved under ``save_dir`` if given), when the reachable states within
@@ -276,9 +329,11 @@ def explore(
     states, or at ``deadline`` (a ``time.perf_counter()`` value).
     """
     cloner_ready()
-    well_formed = inputs == "well-formed"
     started = time.perf_counter()
     result = ExploreResult(model.component, model.target, model.bounds())
+    result.workers = workers
+    result.reductions = {"memo": memo and model.memo, **model.reductions()}
+    exp = Expander(model, well_formed=inputs == "well-formed", memo=memo)
     reader = model.reader
     spec0, target0, gen0 = model.initial()
     snap0 = reader(spec0)
@@ -287,124 +342,115 @@ def explore(
     problem = problem or model.state_checks(snap0, gen0, spec0, target0)
     if problem:
         return _finish(model, result, started, [], problem, save_dir)
-    seen: set[int] = {hash(model.key(snap0, gen0, spec0, target0))}
-    observed: set[int] = {hash(model.observable(snap0, gen0))}
-    parent = array("q", [-1])  # state id -> parent id
-    via = array("l", [-1])  # state id -> index of the edge from the parent
-    checked: set[int] = {hash(snap0)}  # fingerprints of snapshots whose state invariants hold
-    frontier: list[tuple[int, Any, Any, Any, Any]] = [(0, spec0, target0, snap0, gen0)]
-    layer = edges = unexpanded = 0
-    found: tuple[list[int], Check] | None = None
-    stop: str | None = None
-    last_report = 0.0
-    dup = model.clone
+    exp.checked.add(hash(snap0))
+    pid0 = exp.pair(spec0, target0, snap0)
+    exp.keep(pid0, (spec0, target0, snap0))
+    if workers > 1:
+        from proofs.explorer.parallel import explore_layers
 
-    def judge(edge: Edge, snap: Any, run: _Run) -> Check | None:
-        """The edge's lockstep verdict, then the state invariants of a snapshot not seen before
-        (the target's snapshot equals the spec's by then), then the target's hidden state."""
-        problem = run.problem
-        if problem is None and hash(run.after) not in checked:
-            problem = _state_invariants(model, run.after)
-            checked.add(hash(run.after))
-        if problem is None:
-            problem = model.edge_checks(edge, snap, run.after, run.s_out, run.target, run.gen)
-        return problem
-
-    while frontier and found is None and stop is None:
-        if depth is not None and layer >= depth:
-            stop = "depth"
-            break
-        nxt: list[tuple[int, Any, Any, Any, Any]] = []
-        for position, (sid, spec_p, target_p, snap, gen) in enumerate(frontier):
-            # read-only calls share one copy of each side; ``history``: the read-only edges already
-            # applied to the shared target (its hidden state might remember them)
-            shared: list[Any] = []
-            history: list[int] = []
-            scratch: Callable[[], Any] = partial(dup, spec_p)
-            for index, edge in enumerate(model.edges(snap, gen, scratch)):
-                if edge.bad and well_formed:
-                    continue  # skipped, not removed: a path indexes the full edge list
-                edges += 1
-                if edge.readonly:
-                    if not shared:
-                        shared[:] = [dup(spec_p), dup(target_p)]
-                        history.clear()
-                    run = _Run(model, edge, shared[0], shared[1], snap, gen)
-                else:
-                    run = _Run(model, edge, dup(spec_p), dup(target_p), snap, gen)
-                problem = judge(edge, snap, run)
-                extra: list[int] = []
-                if edge.readonly and (
-                    problem is not None or run.after != snap or run.gen is not gen
-                ):
-                    if history:  # the shared target saw earlier read-only calls: decide afresh
-                        fresh = _Run(model, edge, dup(spec_p), dup(target_p), snap, gen)
-                        fresh_problem = judge(edge, snap, fresh)
-                        if problem is not None and fresh_problem is None:
-                            extra = list(history)  # reproducible only after those calls
-                        else:
-                            run, problem = fresh, fresh_problem
-                    shared.clear()  # that copy has moved on (or the search stops here)
-                if problem is not None:
-                    found = ([*_path(parent, via, sid), *extra, index], problem)
-                    break
-                after = run.after
-                if edge.readonly and shared:
-                    history.append(index)
-                    continue  # a self-loop: the shared copies stay usable
-                if edge.bad and run.s_out.raised is None:
-                    result.dropped_edges += 1  # the spec accepted a "bad" input: not followed
-                    continue
-                if run.gen is gen and after == snap:
-                    continue  # a self-loop (the target was compared; nothing new to explore)
-                fp = hash(model.key(after, run.gen, run.spec, run.target))
-                if fp in seen:
-                    continue
-                problem = model.state_checks(after, run.gen, run.spec, run.target)
-                if problem is not None:
-                    found = ([*_path(parent, via, sid), index], problem)
-                    break
-                seen.add(fp)
-                observed.add(hash(model.observable(after, run.gen)))
-                parent.append(sid)
-                via.append(index)
-                nxt.append((len(parent) - 1, run.spec, run.target, after, run.gen))
-                result.max_depth = layer + 1
-                if max_states is not None and len(seen) >= max_states:
-                    stop = "max_states"
-                    break
-            if found is not None:
-                break
-            if stop is not None:
-                unexpanded = len(frontier) - position + len(nxt)
-                break
-            if deadline is not None and time.perf_counter() > deadline:
-                stop = "deadline"
-            if stop is not None:
-                unexpanded = len(frontier) - position - 1 + len(nxt)
-                break
-            if progress is not None and time.perf_counter() - last_report > 0.25:
-                last_report = time.perf_counter()
-                progress(len(seen), edges, layer + 1)
-        if found is None and stop is None:
-            frontier = nxt
-            layer += 1
-    result.distinct_states = len(seen)
-    result.distinct_snapshots = len(observed)
-    result.edges = edges
+        found, stop, unexpanded = explore_layers(
+            exp, result, (pid0, gen0), workers, depth, max_states, deadline, progress
+        )
+    else:
+        found, stop, unexpanded = _serial(
+            exp, result, (pid0, gen0), depth, max_states, deadline, progress
+        )
+    result.edges = result.edges or exp.edges  # the workers' sums, or this process's counts
+    result.executed_calls = result.executed_calls or exp.executed
+    result.dropped_edges = result.dropped_edges or exp.dropped
+    result.peak_memory_mb = max(result.peak_memory_mb, _peak_mb())
     if progress is not None:
-        progress(len(seen), edges, result.max_depth)
+        progress(result.distinct_states, result.edges, result.max_depth)
     if found is not None:
         path, problem = found
         result.max_depth = max(result.max_depth, len(path))
         return _finish(model, result, started, path, problem, save_dir)
-    if stop == "depth":
-        unexpanded = len(frontier)
     result.stopped_by = stop
     result.complete = stop is None
     result.seconds = time.perf_counter() - started
     result.message = _message(result, depth, max_states, unexpanded)
     return result
+
+
+def _peak_mb() -> float:
+    """Peak resident memory of this process and its finished children (``ru_maxrss``, KiB)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return float(own) / 1024
+
+
+Layer = tuple[list[tuple[int, int, Any]], int]
+
+
+def _serial(
+    exp: Expander,
+    result: ExploreResult,
+    start: tuple[int, Any],
+    depth: int | None,
+    max_states: int | None,
+    deadline: float | None,
+    progress: Progress | None,
+) -> tuple[tuple[list[int], Check] | None, str | None, int]:
+    """Layer by layer in this process: (counterexample path and check, stop reason, states left
+    unexpanded). Visited states are 64-bit fingerprints of (pair fingerprint, gen), as TLC does."""
+    model = exp.model
+    pid0, gen0 = start
+    fps = exp.pair_fps
+    seen: set[int] = {hash((fps[pid0], gen0))}
+    observed: set[int] = {hash(model.observable(exp.objects[pid0][2], gen0))}
+    parent = array("q", [-1])  # state id -> parent id
+    via = array("l", [-1])  # state id -> index of the edge from the parent
+    frontier: list[tuple[int, int, Any]] = [(0, pid0, gen0)]
+    layer = unexpanded = 0
+    stop: str | None = None
+    last_report = 0.0
+    while frontier:
+        if depth is not None and layer >= depth:
+            result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
+            return None, "depth", len(frontier)
+        nxt: list[tuple[int, int, Any]] = []
+        for position, (sid, pid, gen) in enumerate(frontier):
+            successors, found = exp.expand(pid, gen)
+            if found is None:
+                for index, succ, g, objects in successors:
+                    fp = hash((fps[succ], g))
+                    if fp in seen:
+                        continue
+                    objects = objects or exp.objects.get(succ) or exp.materialize(pid, gen, index)
+                    spec, target, snap = objects
+                    problem = model.state_checks(snap, g, spec, target)
+                    if problem is not None:
+                        found = ([index], problem)
+                        break
+                    exp.keep(succ, objects)
+                    seen.add(fp)
+                    observed.add(hash(model.observable(snap, g)))
+                    parent.append(sid)
+                    via.append(index)
+                    nxt.append((len(parent) - 1, succ, g))
+                    result.max_depth = layer + 1
+                    if max_states is not None and len(seen) >= max_states:
+                        stop = "max_states"
+                        break
+            if found is not None:
+                result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
+                return ([*_path(parent, via, sid), *found[0]], found[1]), None, 0
+            if stop is None and deadline is not None and time.perf_counter() > deadline:
+                stop = "deadline"
+            if stop is not None:
+                unexpanded = len(frontier) - position - (stop == "deadline") + len(nxt)
+                break
+            if progress is not None and time.perf_counter() - last_report > 0.25:
+                last_report = time.perf_counter()
+                progress(len(seen), exp.edges, layer + 1)
+        if stop is not None:
+            break
+        exp.retain({pid for _, pid, _ in nxt})
+        frontier = nxt
+        layer += 1
+    result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
+    return None, stop, unexpanded
 
 
 def _state_invariants(model: Model, target_snap: Any) -> Check | None:

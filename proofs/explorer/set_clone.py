@@ -222,3 +222,34 @@ def cloner_ready() -> None:
     if not _TESTED:
         _self_test()
         _TESTED.append(True)
+
+
+def deep_key(obj: Any, memo: dict[int, int] | None = None) -> Any:
+    """A hashable value of ``obj``'s whole object graph (types, attributes in order, sets as their
+    hash tables, shared objects as back-references): equal keys, equal futures — for objects whose
+    behaviour depends on their graph alone. The generic (slow) pair key of the transition memo."""
+    memo = {} if memo is None else memo
+    t = type(obj)
+    how = _STRATEGY.get(t)
+    if how is None:
+        how = _STRATEGY[t] = _strategy(t)
+    if how == "atom":
+        return obj
+    seen = memo.get(id(obj))
+    if seen is not None:
+        return ("ref", seen)
+    memo[id(obj)] = len(memo)
+    if how in ("list", "deque", "tuple"):
+        return (how, tuple(deep_key(x, memo) for x in obj))
+    if how in ("dict", "OrderedDict"):
+        return (how, tuple((k, deep_key(v, memo)) for k, v in obj.items()))
+    if how == "set":
+        return ("set", set_layout(obj))
+    if how == "method":
+        return ("method", obj.__func__, deep_key(obj.__self__, memo))
+    if how == "deepcopy":
+        return ("opaque", id(obj))  # no generic reading: never equal to another object's key
+    slots, has_dict = how
+    fields = tuple((k, deep_key(v, memo)) for k, v in obj.__dict__.items()) if has_dict else ()
+    values = tuple(deep_key(getattr(obj, n, _MISSING), memo) for n in slots)
+    return (t, fields, values)

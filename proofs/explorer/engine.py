@@ -1,0 +1,252 @@
+"""One process's share of a search: pairs, the transition memo and read-only batches.
+
+An :class:`Expander` expands explored states. A state is a *pair* (a spec object and the target
+object paired with it, identified by :meth:`Model.pair_key`) and the generator model ``gen``.
+
+* **Pairs and the transition memo.** A pair's key covers the whole state of both objects (for
+  the block manager: snapshot, set tables, the prefix-index dict order, hidden counters), and
+  both sides are deterministic functions of their object state, so the verdict and the successor
+  of a call depend only on (pair, call). A model with ``memo = True`` remembers them: a state
+  that shares its pair with an explored one (same objects, another generator model) has its
+  calls judged once, not once per state. Objects are kept only for the frontier; a remembered
+  successor that is a new state is rebuilt by running the call again (:meth:`materialize`).
+* **Read-only batches.** Queries and rejected inputs run one after the other on one copy of each
+  side with the outcome comparisons and hidden-state checks after each; the snapshots and pair
+  keys are compared once at the end. Anything unexpected (a difference, a "bad" input the spec
+  accepts, a side that moved) re-decides the whole batch call by call on the original
+  per-edge procedure, so verdicts and counterexamples are the same as without batching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from stateful_tests.lockstep import Check, compare_outcomes, invoke
+
+SELF = -1  # memo: a self-loop (neither the pair nor the generator model changes)
+DROP = -2  # memo: a "bad" input the spec accepted (compared, not followed)
+
+Successor = tuple[int, int, Any, tuple[Any, Any, Any] | None]  # (edge index, pair, gen, objects)
+Found = tuple[list[int], Check]  # (edge indices from the expanded state, the failed check)
+
+
+class Expander:
+    """Expands states of one model; keeps the pairs, their fingerprints and the memo."""
+
+    def __init__(
+        self, model: Any, *, well_formed: bool, memo: bool, memo_cap: int = 3_000_000
+    ) -> None:
+        from proofs.explorer.search import _Run
+
+        self.model = model
+        self.run_cls = _Run
+        self.dup: Callable[[Any], Any] = model.clone
+        self.well_formed = well_formed
+        self.use_memo = memo and model.memo
+        self.memo_cap = memo_cap
+        self.pair_ids: dict[int, int] = {}  # fingerprint of a pair key -> pair id
+        self.pair_fps: list[int] = []  # pair id -> fingerprint (portable across forked workers)
+        self.objects: dict[int, tuple[Any, Any, Any]] = {}  # pair id -> (spec, target, snapshot)
+        self.memo: dict[int, tuple[int, Any, bool]] = {}  # pair id << 24 | call -> outcome
+        self.edge_cache: dict[Hashable, list[Any]] = {}
+        self.checked: set[int] = set()  # snapshots whose state invariants hold
+        self.edges = self.executed = self.dropped = 0
+
+    # ------------------------------------------------------------------ pairs
+    def pair(self, spec: Any, target: Any, snap: Any) -> int:
+        fp = hash(self.model.pair_key(snap, spec, target))
+        pid = self.pair_ids.get(fp)
+        if pid is None:
+            pid = self.pair_ids[fp] = len(self.pair_fps)
+            self.pair_fps.append(fp)
+        return pid
+
+    def keep(self, pid: int, objects: tuple[Any, Any, Any]) -> None:
+        self.objects.setdefault(pid, objects)
+
+    def retain(self, pids: set[int]) -> None:
+        """Drop the objects of every pair no frontier state refers to (memory stays frontier-sized);
+        the memo is a cache: cleared past its cap."""
+        self.objects = {p: o for p, o in self.objects.items() if p in pids}
+        if len(self.memo) > self.memo_cap:
+            self.memo.clear()
+        if len(self.edge_cache) > 200_000:
+            self.edge_cache.clear()
+
+    # ------------------------------------------------------------------ checks
+    def judge(self, edge: Any, snap: Any, run: Any) -> Check | None:
+        """The edge's lockstep verdict, the state invariants of a snapshot not checked before (the
+        target's equals the spec's by then), then the target's hidden state."""
+        from proofs.explorer.search import _state_invariants
+
+        problem: Check | None = run.problem
+        if problem is None:
+            h = hash(run.after)
+            if h not in self.checked:
+                problem = _state_invariants(self.model, run.after)
+                self.checked.add(h)
+        if problem is None:
+            problem = self.model.edge_checks(edge, snap, run.after, run.s_out, run.target, run.gen)
+        return problem
+
+    def _edges(self, snap: Any, gen: Any, spec: Any) -> list[Any]:
+        model = self.model
+        if not model.edges_from_snapshot:
+            return list(model.edges(snap, gen, lambda: self.dup(spec)))
+        key = model.observable(snap, gen)
+        found = self.edge_cache.get(key)
+        if found is None:
+            found = self.edge_cache[key] = model.edges(snap, gen, lambda: self.dup(spec))
+        return found
+
+    # ------------------------------------------------------------------ expansion
+    def expand(self, pid: int, gen: Any) -> tuple[list[Successor], Found | None]:
+        """Every successor of state (pair ``pid``, ``gen``), or the first failed check."""
+        spec_p, target_p, snap = self.objects[pid]
+        memo = self.memo if self.use_memo else None
+        out: list[Successor] = []
+        readonly: list[tuple[int, Any]] = []
+        mutating: list[tuple[int, Any]] = []
+        for index, edge in enumerate(self._edges(snap, gen, spec_p)):
+            if edge.bad and self.well_formed:
+                continue  # skipped, not removed: a path indexes the full edge list
+            self.edges += 1
+            if memo is not None:
+                hit = memo.get(pid << 24 | edge.ident)
+                if hit is not None:
+                    succ, returned, raised = hit
+                    if succ == SELF:
+                        continue
+                    if succ == DROP:
+                        self.dropped += 1
+                        continue
+                    then = edge.then
+                    g = gen if raised or then is None else then(returned)
+                    out.append((index, succ, g, None))
+                    continue
+            (readonly if edge.readonly else mutating).append((index, edge))
+        work: list[Any] = [self.dup(spec_p), self.dup(target_p)]
+        if readonly and not self._batch(pid, gen, readonly, memo, work):
+            work = []
+            found = self._exact_readonly(pid, gen, readonly, out)
+            if found is not None:
+                return out, found
+        # Lazy cloning (memo models only): every call runs on the working copies; they are copied
+        # afresh only after a call moved them (they become that successor's objects). A self-loop
+        # leaves them with the pair key they started with — the whole state of both sides — so
+        # they are as good as new. Without a whole-state key, every call gets fresh copies.
+        reuse = self.model.memo
+        if not reuse:
+            work = []
+        run_cls, dup = self.run_cls, self.dup
+        for index, edge in mutating:
+            if not work:
+                work = [dup(spec_p), dup(target_p)]
+            run = run_cls(self.model, edge, work[0], work[1], snap, gen)
+            self.executed += 1
+            problem = self.judge(edge, snap, run)
+            if problem is not None:
+                return out, ([index], problem)
+            raised = run.s_out.raised is not None
+            if edge.bad and not raised:
+                self.dropped += 1
+                if memo is not None:
+                    memo[pid << 24 | edge.ident] = (DROP, None, False)
+                work = []
+                continue
+            succ = self.pair(run.spec, run.target, run.after)
+            if memo is not None:
+                keep = None if raised or edge.then is None else run.s_out.returned
+                memo[pid << 24 | edge.ident] = (
+                    SELF if succ == pid and keep is None else succ,
+                    keep,
+                    raised,
+                )
+            if succ != pid or not reuse:
+                if succ != pid or run.gen != gen:
+                    out.append((index, succ, run.gen, (run.spec, run.target, run.after)))
+                work = []
+            elif run.gen != gen:
+                out.append((index, succ, run.gen, None))  # the pair's own objects serve
+        return out, None
+
+    def _batch(
+        self,
+        pid: int,
+        gen: Any,
+        edges: list[tuple[int, Any]],
+        memo: dict[int, tuple[int, Any, bool]] | None,
+        work: list[Any],
+    ) -> bool:
+        """The read-only calls on the working copies; ``False`` if any needs the exact path."""
+        model = self.model
+        snap = self.objects[pid][2]
+        spec, target = work
+        for _, edge in edges:
+            s_out = invoke(spec, edge.method, edge.args)
+            t_out = invoke(target, edge.method, edge.args)
+            self.executed += 1
+            if (
+                compare_outcomes(s_out, t_out) is not None
+                or (edge.bad and s_out.raised is None)
+                or model.edge_checks(edge, snap, snap, s_out, target, gen) is not None
+            ):
+                return False
+        reader = model.reader
+        if reader(spec) != snap or reader(target) != snap:
+            return False
+        if hash(model.pair_key(snap, spec, target)) != self.pair_fps[pid]:
+            return False
+        if memo is not None:
+            for _, edge in edges:
+                memo[pid << 24 | edge.ident] = (SELF, None, False)
+        return True
+
+    def _exact_readonly(
+        self, pid: int, gen: Any, edges: list[tuple[int, Any]], out: list[Successor]
+    ) -> Found | None:
+        """The per-edge procedure for read-only calls: one shared copy of each side while calls
+        leave them as they were; ``history`` is the calls the shared target has seen (a failure
+        that only reproduces after them keeps them in the counterexample)."""
+        model, run_cls, dup = self.model, self.run_cls, self.dup
+        spec_p, target_p, snap = self.objects[pid]
+        shared: list[Any] = []
+        history: list[int] = []
+        for index, edge in edges:
+            if not shared:
+                shared[:] = [dup(spec_p), dup(target_p)]
+                history.clear()
+            run = run_cls(model, edge, shared[0], shared[1], snap, gen)
+            self.executed += 1
+            problem = self.judge(edge, snap, run)
+            extra: list[int] = []
+            if problem is not None or run.after != snap or run.gen is not gen:
+                if history:  # the shared target saw earlier read-only calls: decide afresh
+                    fresh = run_cls(model, edge, dup(spec_p), dup(target_p), snap, gen)
+                    fresh_problem = self.judge(edge, snap, fresh)
+                    if problem is not None and fresh_problem is None:
+                        extra = list(history)  # reproducible only after those calls
+                    else:
+                        run, problem = fresh, fresh_problem
+                shared.clear()  # that copy has moved on (or the search stops here)
+            if problem is not None:
+                return [*extra, index], problem
+            if shared:
+                history.append(index)
+                continue  # a self-loop: the shared copies stay usable
+            if edge.bad and run.s_out.raised is None:
+                self.dropped += 1  # the spec accepted a "bad" input: not followed
+                continue
+            succ = self.pair(run.spec, run.target, run.after)
+            out.append((index, succ, run.gen, (run.spec, run.target, run.after)))
+        return None
+
+    def materialize(self, pid: int, gen: Any, index: int) -> tuple[Any, Any, Any]:
+        """The objects of the successor of (``pid``, ``gen``) by edge ``index`` — a remembered
+        transition whose objects were dropped — by running the call again on copies."""
+        spec_p, target_p, snap = self.objects[pid]
+        edge = self._edges(snap, gen, spec_p)[index]
+        run = self.run_cls(self.model, edge, self.dup(spec_p), self.dup(target_p), snap, gen)
+        self.executed += 1
+        return run.spec, run.target, run.after

@@ -1,0 +1,250 @@
+"""``--workers N``: the breadth-first search on N processes, layer by layer.
+
+Every state has an owner, its fingerprint modulo N; each worker keeps the visited fingerprints and
+the frontier of the states it owns and expands them with its own :class:`~.engine.Expander`. A
+successor owned by another worker is sent to it as its *path* (edge indices from the initial
+state) and rebuilt there by replaying that path on fresh objects — exact by construction (set
+tables included), and nothing but small ints crosses a process boundary. Layers are synchronous:
+every state of depth d is expanded (by whichever worker) before any of depth d+1, so a
+counterexample is still a shortest one; several found in one layer resolve to the least path.
+
+The processes sit behind :class:`Backend` (start, send, receive, close): :class:`ProcessBackend`
+forks local workers; a cluster backend (Ray, say) can implement the same four calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import resource
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from proofs.explorer.engine import Expander
+from stateful_tests.lockstep import Check, invoke
+
+Path = tuple[int, ...]
+
+
+class Backend(Protocol):
+    """Where the workers run: one message channel per worker."""
+
+    def start(self, n: int, worker: Callable[[Any, int, int], None]) -> None: ...
+    def send(self, i: int, message: Any) -> None: ...
+    def receive(self, i: int) -> Any: ...
+    def close(self) -> None: ...
+
+
+class ProcessBackend:
+    """Forked local processes and pipes (the model is inherited by the fork, never pickled)."""
+
+    def __init__(self) -> None:
+        self.pipes: list[Any] = []
+        self.procs: list[Any] = []
+
+    def start(self, n: int, worker: Callable[[Any, int, int], None]) -> None:
+        ctx = multiprocessing.get_context("fork")
+        for i in range(n):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=worker, args=(theirs, i, n), daemon=True)
+            proc.start()
+            self.pipes.append(mine)
+            self.procs.append(proc)
+
+    def send(self, i: int, message: Any) -> None:
+        self.pipes[i].send(message)
+
+    def receive(self, i: int) -> Any:
+        return self.pipes[i].recv()
+
+    def close(self) -> None:
+        for pipe in self.pipes:
+            with contextlib.suppress(OSError):  # a worker that died has no pipe to stop
+                pipe.send(("stop",))
+        for proc in self.procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+
+
+def replay(exp: Expander, path: Path) -> tuple[Any, Any, Any, Any]:
+    """(spec, target, snapshot, gen) after the calls of ``path`` from the initial state, on fresh
+    objects (the calls passed every check when they were first made)."""
+    model = exp.model
+    spec, target, gen = model.initial()
+    for index in path:
+        snap = model.reader(spec)
+        edge = exp._edges(snap, gen, spec)[index]
+        s_out = invoke(spec, edge.method, edge.args)
+        invoke(target, edge.method, edge.args)
+        if s_out.raised is None and edge.then is not None:
+            gen = edge.then(s_out.returned)
+    return spec, target, model.reader(spec), gen
+
+
+class _Worker:
+    """One worker's share: its visited fingerprints, its frontier, its expander."""
+
+    def __init__(self, exp: Expander, wid: int, n: int) -> None:
+        self.exp, self.wid, self.n = exp, wid, n
+        self.seen: set[int] = set()
+        self.observed: set[int] = set()
+        self.frontier: list[tuple[Path, int, Any]] = []
+        self.nxt: list[tuple[Path, int, Any]] = []
+        self.sent: set[int] = set()  # fingerprints already sent to their owner
+
+    def accept(
+        self, fp: int, path: Path, pid: int, gen: Any, objects: tuple[Any, Any, Any]
+    ) -> Check | None:
+        """A new owned state: its checks, then into the next frontier."""
+        spec, target, snap = objects
+        problem: Check | None = self.exp.model.state_checks(snap, gen, spec, target)
+        if problem is None:
+            self.exp.keep(pid, objects)
+            self.seen.add(fp)
+            self.observed.add(hash(self.exp.model.observable(snap, gen)))
+            self.nxt.append((path, pid, gen))
+        return problem
+
+    def expand(self, deadline: float | None) -> tuple[Any, ...]:
+        exp, n, wid = self.exp, self.n, self.wid
+        outgoing: list[list[tuple[int, Path]]] = [[] for _ in range(n)]
+        fps = exp.pair_fps
+        for done, (path, pid, gen) in enumerate(self.frontier):
+            if deadline is not None and time.perf_counter() > deadline:
+                return ("deadline", outgoing, len(self.frontier) - done)
+            successors, found = exp.expand(pid, gen)
+            if found is not None:
+                return ("found", (*path, *found[0]), found[1])
+            for index, succ, g, objects in successors:
+                fp = hash((fps[succ], g))
+                owner = fp % n
+                if owner != wid:
+                    if fp not in self.sent:
+                        self.sent.add(fp)
+                        outgoing[owner].append((fp, (*path, index)))
+                    continue
+                if fp in self.seen:
+                    continue
+                objects = objects or exp.objects.get(succ) or exp.materialize(pid, gen, index)
+                problem = self.accept(fp, (*path, index), succ, g, objects)
+                if problem is not None:
+                    return ("found", (*path, index), problem)
+        return ("layer", outgoing, 0)
+
+    def ingest(self, items: list[tuple[int, Path]]) -> tuple[Any, ...]:
+        for fp, path in items:
+            if fp in self.seen:
+                continue
+            spec, target, snap, gen = replay(self.exp, path)
+            pid = self.exp.pair(spec, target, snap)
+            problem = self.accept(fp, path, pid, gen, (spec, target, snap))
+            if problem is not None:
+                return ("found", path, problem)
+        self.frontier, self.nxt = self.nxt, []
+        self.exp.retain({pid for _, pid, _ in self.frontier})
+        exp = self.exp
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return ("ok", len(self.seen), len(self.frontier), exp.edges, exp.executed, exp.dropped, rss)
+
+
+def explore_layers(
+    exp: Expander,
+    result: Any,
+    start: tuple[int, Any],
+    workers: int,
+    depth: int | None,
+    max_states: int | None,
+    deadline: float | None,
+    progress: Callable[[int, int, int], None] | None,
+    backend: Backend | None = None,
+) -> tuple[tuple[list[int], Check] | None, str | None, int]:
+    """The layer-synchronous search on ``workers`` processes; the same contract as the serial
+    loop (counterexample, stop reason, states left unexpanded). ``max_states`` is checked at
+    layer boundaries and per worker share (the count may pass it by less than one layer)."""
+    pid0, gen0 = start
+    fp0 = hash((exp.pair_fps[pid0], gen0))
+    share = None if max_states is None else -(-max_states // workers)
+
+    def work(conn: Any, wid: int, n: int) -> None:
+        me = _Worker(Expander(exp.model, well_formed=exp.well_formed, memo=exp.use_memo), wid, n)
+        if fp0 % n == wid:
+            spec, target, snap, gen = replay(me.exp, ())
+            me.accept(fp0, (), me.exp.pair(spec, target, snap), gen, (spec, target, snap))
+            me.frontier, me.nxt = me.nxt, []
+        while True:
+            message = conn.recv()
+            if message[0] == "expand":
+                if share is not None and len(me.seen) >= share:
+                    conn.send(("full", [[] for _ in range(n)], len(me.frontier)))
+                else:
+                    conn.send(me.expand(message[1]))
+            elif message[0] == "ingest":
+                conn.send(me.ingest(message[1]))
+            elif message[0] == "observed":
+                conn.send(me.observed)
+            else:
+                return
+
+    pool = backend or ProcessBackend()
+    pool.start(workers, work)
+    layer = 0
+    totals = (1, 1)  # (states, frontier)
+    stop: str | None = None
+    left = 0
+    found: tuple[list[int], Check] | None = None
+    try:
+        while True:
+            if depth is not None and layer >= depth:
+                stop, left = "depth", totals[1]
+                break
+            for i in range(workers):
+                pool.send(i, ("expand", deadline))
+            replies = [pool.receive(i) for i in range(workers)]
+            founds = [(list(r[1]), r[2]) for r in replies if r[0] == "found"]
+            if founds:
+                found = min(founds, key=lambda f: (len(f[0]), f[0]))
+                break
+            incoming: list[list[tuple[int, Path]]] = [[] for _ in range(workers)]
+            for r in replies:
+                for i, items in enumerate(r[1]):
+                    incoming[i].extend(items)
+            for i in range(workers):
+                pool.send(i, ("ingest", incoming[i]))
+            oks = [pool.receive(i) for i in range(workers)]
+            founds = [(list(r[1]), r[2]) for r in oks if r[0] == "found"]
+            if founds:
+                found = min(founds, key=lambda f: (len(f[0]), f[0]))
+                break
+            totals = (sum(r[1] for r in oks), sum(r[2] for r in oks))
+            result.edges = sum(r[3] for r in oks)
+            result.executed_calls = sum(r[4] for r in oks)
+            result.dropped_edges = sum(r[5] for r in oks)
+            result.peak_memory_mb = (
+                sum(r[6] for r in oks) + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            )
+            result.distinct_states = totals[0]
+            if totals[1]:
+                result.max_depth = layer + 1
+            layer += 1
+            if progress is not None:
+                progress(totals[0], result.edges, layer)
+            if any(r[0] == "deadline" for r in replies):
+                stop, left = "deadline", totals[1] + sum(r[2] for r in replies)
+                break
+            if any(r[0] == "full" for r in replies) or (
+                max_states is not None and totals[0] >= max_states
+            ):
+                stop, left = "max_states", totals[1]
+                break
+            if not totals[1]:
+                break
+        observed: set[int] = set()
+        for i in range(workers):
+            pool.send(i, ("observed",))
+            observed |= pool.receive(i)
+        result.distinct_snapshots = len(observed)
+    finally:
+        pool.close()
+    return found, stop, left

@@ -1,0 +1,150 @@
+"""The explorer's speed-ups keep its verdicts: the transition memo, read-only batches, lazy
+cloning, symmetry and ``--workers`` each give the same states and the same shortest
+counterexamples as the plain search, and a bug only a batched query shows is still found."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from impl.infinilm.block_manager import BlockManager as ImplBlockManager
+from impl.infinilm.scheduler import Scheduler as ImplScheduler
+from impl.vllm.offload_manager import CPUOffloadingManager as ImplManager
+from kvspec import components
+from kvspec.cli import main
+from proofs.explorer import (
+    BlockManagerBounds,
+    BlockManagerModel,
+    OffloadBounds,
+    OffloadModel,
+    SchedulerBounds,
+    SchedulerModel,
+    explore,
+)
+
+BM = "infinilm-block-manager"
+CATALOGUE = components.catalogue()
+SMALL_BM = BlockManagerBounds(pages=2, block_size=2, vocab=2, tables=2, tokens=2)
+SMALL_SCHED = SchedulerBounds(pages=3, requests=2, prompt_tokens=2, max_new=2)
+
+
+def summary(result: Any) -> tuple[Any, ...]:
+    v = result.violations[0] if result.violations else None
+    return (
+        result.distinct_states,
+        result.distinct_snapshots,
+        result.complete,
+        None if v is None else (v.check, v.depth),
+    )
+
+
+class QueryDriftsTheCounter(ImplBlockManager):
+    """A planted bug in a read-only call: the free-page query bumps the hidden counter."""
+
+    def get_num_free_blocks(self) -> int:
+        self.num_referenced += 1
+        return super().get_num_free_blocks()
+
+
+class QueryReordersFreePages(ImplBlockManager):
+    """A planted bug in a read-only call that the snapshot shows: a query rotates the free list."""
+
+    def can_allocate(self, num_required_blocks: int) -> bool:
+        if num_required_blocks == 2:
+            self.free_block_ids.rotate(1)
+        return super().can_allocate(num_required_blocks)
+
+
+@pytest.mark.parametrize(
+    "target", [ImplBlockManager, QueryDriftsTheCounter, QueryReordersFreePages]
+)
+def test_memo_and_batches_keep_block_manager_verdicts_and_states(target: Any) -> None:
+    model = BlockManagerModel(BM, target, "t", SMALL_BM)
+    plain, fast = explore(model, memo=False), explore(model)
+    assert summary(plain) == summary(fast)
+    if target is ImplBlockManager:
+        assert fast.executed_calls < plain.executed_calls == plain.edges
+    else:
+        assert not fast.passed and fast.violations[0].depth == 1
+        assert fast.violations[0].replay == "reproduced"
+
+
+def test_the_memo_judges_fewer_calls_than_edges() -> None:
+    result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM))
+    assert result.passed and result.complete
+    assert result.executed_calls < result.edges  # remembered transitions were reused
+
+
+@pytest.mark.parametrize("name", ["lifo_free_list", "release_returns_pages_to_free_list"])
+def test_memo_keeps_a_mutants_shortest_counterexample(name: str) -> None:
+    bounds = BlockManagerBounds(pages=3, block_size=2, vocab=1, tables=2, tokens=3)
+    model = BlockManagerModel(BM, CATALOGUE[name].cls, name, bounds)
+    assert summary(explore(model, memo=False))[3] == summary(explore(model))[3] is not None
+
+
+def test_workers_give_the_serial_states_and_verdicts() -> None:
+    model = BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM)
+    serial, parallel = explore(model), explore(model, workers=2)
+    assert summary(serial) == summary(parallel) and parallel.workers == 2
+    assert parallel.edges == serial.edges
+
+
+@pytest.mark.parametrize("name", ["lifo_free_list", "publish_deduplicates"])
+def test_workers_find_the_shortest_counterexample(name: str) -> None:
+    bounds = BlockManagerBounds(pages=3, block_size=2, vocab=1, tables=2, tokens=3)
+    model = BlockManagerModel(BM, CATALOGUE[name].cls, name, bounds)
+    serial, parallel = explore(model), explore(model, workers=2)
+    assert not parallel.passed and parallel.violations[0].replay == "reproduced"
+    assert parallel.violations[0].depth == serial.violations[0].depth
+    assert parallel.violations[0].check == serial.violations[0].check
+
+
+def test_workers_stop_at_max_states_and_say_so() -> None:
+    model = BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM)
+    result = explore(model, workers=2, max_states=40)
+    assert not result.complete and result.stopped_by == "max_states"
+    assert "--max-states" in result.message
+
+
+def test_scheduler_search_is_the_same_with_batches_and_workers() -> None:
+    model = SchedulerModel("infinilm-scheduler", ImplScheduler, "impl", SMALL_SCHED)
+    plain = explore(model, memo=False)
+    assert plain.passed and plain.complete
+    assert summary(explore(model)) == summary(plain) == summary(explore(model, workers=2))
+
+
+@pytest.mark.parametrize("component", ["vllm-arc", "vllm-lru"])
+def test_offload_symmetry_is_a_quotient_with_the_same_verdict(component: str) -> None:
+    """Keys are opaque: the reduced search reaches at most the unreduced one's states and finds
+    the same planted counter drift at the same depth."""
+    from tests.test_explorer import CounterDriftOnLoadCompletion
+
+    comp = components.get(component)
+    variant = comp.variants[-1]
+    for target, passes in ((ImplManager, True), (CounterDriftOnLoadCompletion, False)):
+        found = []
+        for symmetry in (True, False):
+            bounds = OffloadBounds(variant=variant, capacity=2, keys=3, symmetry=symmetry)
+            model = OffloadModel(component, target, "t", bounds, comp.fixed_options)
+            found.append(explore(model))
+        reduced, full = found
+        assert reduced.passed is full.passed is passes
+        if passes:
+            assert reduced.complete and full.complete
+            assert reduced.distinct_states < full.distinct_states
+        else:
+            assert summary(reduced)[3] == summary(full)[3]
+
+
+def test_cli_reports_speed_memory_and_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["explore", BM, "--pages", "2", "--tables", "1", "--tokens", "2", "--json"]
+    assert main([*argv, "--workers", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["complete"] and doc["workers"] == 2
+    assert doc["edges_per_second"] > 0 and doc["peak_memory_mb"] > 0
+    assert main([*argv, "--no-memo"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["distinct_states"] == doc["distinct_states"]
+    assert plain["executed_calls"] == plain["edges"]
