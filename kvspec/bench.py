@@ -49,6 +49,9 @@ RECLAIM_GOALS = {
     (8192, 0, 1): 50.0,
     (8192, 4096, 8192): 1.0,
 }
+RECLAIM_PR = {
+    c: pr for c, pr in zip(RECLAIM_CASES, (19.0, 315.0, 33.0, 137.0, 1.0, 0.92), strict=True)
+}
 USABLE_CASES = [512, 8192, 32768]
 HASHES = [bytes([i + 1]) * 16 for i in range(3)]  # three repeating hashes: duplicate-hash pages
 SUITES = ("reclaim", "usable", "schedule", "capacity", "admission", "arc", "lru")
@@ -210,7 +213,13 @@ def bench_reclaim(rounds: int, quick: bool = False) -> Iterator[Row]:
             prepare=_reset_layout,
         )
         yield Row(
-            {"pages": pages, "unreferenced": unreferenced, "requested": requested, "calls": calls},
+            {
+                "pages": pages,
+                "unreferenced": unreferenced,
+                "requested": requested,
+                "calls": calls,
+                "pr_ratio": RECLAIM_PR[(pages, unreferenced, requested)],
+            },
             med["baseline"],
             med["impl"],
             RECLAIM_GOALS[(pages, unreferenced, requested)],
@@ -626,7 +635,7 @@ def summary_cell(suite: str, row: Row) -> str:
     case = "/".join(
         str(v)
         for k, v in row.case.items()
-        if (k in keys if keys else isinstance(v, int) and k != "pr_ratio")
+        if (k in keys if keys else isinstance(v, int) and k not in ("pr_ratio", "calls"))
     )
     missed = "" if row.goal is None or row.ratio >= row.goal else f" (goal {row.goal:g}×)"
     return f"{case}: {row.ratio:,.1f}×{missed}"

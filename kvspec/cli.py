@@ -496,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mutants)
 
-    from kvspec import audit, exploration, prove
+    from kvspec import audit, exploration, figures, prove
 
     audit.add_parser(sub)
     prove.add_parser(sub)
@@ -518,6 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+    figures.add_parser(sub)
     except (TargetError, TargetMisfit, UsageError, ComponentError) as exc:
         return could_not_run(exc)
     return code

@@ -14,12 +14,9 @@ shows CrossHair finding no difference; its docstring says why there is none).
 
 from __future__ import annotations
 
-import inspect
-import textwrap
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from impl.infinilm import block_manager as impl_block_manager
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.infinilm.kernels import add_reservation, remove_reservation, snapshot_due
 from impl.vllm.arc import one_pass_victims
@@ -33,6 +30,7 @@ from proofs.crosshair_pairs import (  # noqa: F401 (used by contracts)
     on_pages,
 )
 from spec.infinilm.kernels import Candidate, PageTable, admits, scan_reservation
+from stateful_tests.planting import method_with
 
 K = TypeVar("K")
 B = TypeVar("B")
@@ -113,18 +111,8 @@ reclaim_in_id_order = on_pages(_in_id_order)
 
 def _method_with(old: str, new: str) -> Method:
     """The production ``try_free_blocks`` with one source change: the code that runs, planted,
-    rather than a re-written copy of it. Raises if ``old`` is not found exactly once, so a change
-    to the method cannot silently turn the planted variant into the real one."""
-    source = textwrap.dedent(inspect.getsource(ImplBlockManager.try_free_blocks))
-    if source.count(old) != 1:
-        raise RuntimeError(f"planted method: {old!r} occurs {source.count(old)} times, not once")
-    line = next(line for line in source.splitlines() if old in line)
-    new = new.replace(
-        "\n", "\n" + line[: len(line) - len(line.lstrip())]
-    )  # keep the block's indent
-    namespace = dict(vars(impl_block_manager))
-    exec(compile(source.replace(old, new), f"<try_free_blocks with {new!r}>", "exec"), namespace)
-    method: Method = namespace["try_free_blocks"]
+    rather than a re-written copy of it (:func:`stateful_tests.planting.method_with`)."""
+    method: Method = method_with(ImplBlockManager.try_free_blocks, old, new)
     return method
 
 

@@ -1,10 +1,12 @@
 """Planted bugs in the InfiniLM block manager and scheduler impls (the bug-injection catalogue).
 
-Each mutant is a small subclass of an impl class — never an edit of the impl source — whose
-docstring names its origin (an upstream PR or issue from docs/infinilm.md, or the hazard a seed PR
-states). The registry (``kvspec.components``) attaches :data:`BLOCK_MANAGER_MUTANTS` and
-:data:`SCHEDULER_MUTANTS` to their components; every checker must kill every mutant that applies to
-it, and ``kvspec check COMPONENT --target mutant:NAME`` runs one.
+Each mutant is a small subclass of an impl class, never an edit of the impl source; where the impl
+inlines the helper a bug lives in, the subclass carries the impl method's own source with one
+substitution (:func:`stateful_tests.planting.method_with`). Its docstring names its origin (an
+upstream PR or issue from docs/infinilm.md, or the hazard a seed PR states). The registry
+(``kvspec.components``) attaches :data:`BLOCK_MANAGER_MUTANTS` and :data:`SCHEDULER_MUTANTS` to
+their components; every checker must kill every mutant that applies to it, and ``kvspec check
+COMPONENT --target mutant:NAME`` runs one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from spec.infinilm.scheduler import (
     remote_reservation,
 )
 from stateful_tests.checker import Mutant
+from stateful_tests.planting import method_with
 
 
 class CounterNotDecrementedInTruncate(BlockManager):
@@ -36,11 +39,18 @@ class CounterNotDecrementedInTruncate(BlockManager):
 
 
 class CounterDecrementedOnEviction(BlockManager):
-    """PR #576 hazard: eviction touches only ref-0 pages, so the counter must not move there."""
+    """PR #576 hazard: eviction touches only ref-0 pages, so the counter must not move there (in
+    the deallocation helper and in ``try_free_blocks``, which inlines its eviction)."""
 
     def _deallocate_block(self, block_id: int) -> None:
         super()._deallocate_block(block_id)
         self.num_referenced -= 1
+
+    try_free_blocks = method_with(
+        BlockManager.try_free_blocks,
+        "used.remove(page)",
+        "used.remove(page)\nself.num_referenced -= 1  # planted",
+    )
 
 
 class PinDoesNotCountRevivedPage(BlockManager):
@@ -94,19 +104,29 @@ class ReclaimInIdOrder(BlockManager):
 
 
 class LifoFreeList(BlockManager):
-    """Free list reused LIFO (the vLLM CPU block pool's order) instead of InfiniLM's FIFO deque."""
+    """Free list reused LIFO (the vLLM CPU block pool's order) instead of InfiniLM's FIFO deque
+    (in the deallocation helper and in ``try_free_blocks``' inlined eviction)."""
 
     def _deallocate_block(self, block_id: int) -> None:
         super()._deallocate_block(block_id)
         self.free_block_ids.appendleft(self.free_block_ids.pop())
 
+    try_free_blocks = method_with(
+        BlockManager.try_free_blocks, "free.append(page)", "free.appendleft(page)  # planted"
+    )
+
 
 class HashIndexNotCleanedOnEviction(BlockManager):
-    """Eviction clears the page's hash but leaves it in ``hash_to_block_ids`` (stale prefix hits)."""
+    """Eviction clears the page's hash but leaves it in ``hash_to_block_ids`` (stale prefix hits):
+    in the helper that truncation uses and in ``try_free_blocks``, which inlines its eviction."""
 
     def _deallocate_block(self, block_id: int) -> None:
         self.blocks[block_id].hash = b""
         super()._deallocate_block(block_id)
+
+    try_free_blocks = method_with(
+        BlockManager.try_free_blocks, "ids.remove(page)", "pass  # planted: the index keeps it"
+    )
 
 
 class LookupIgnoresHitCap(BlockManager):
@@ -228,7 +248,12 @@ class PendingRemoteNotReleasedOnFailure(Scheduler):
 
 class CandidatePinnedPagesCountedAsUsable(Scheduler):
     """Admission must read the usable count after the candidate's prefix pages are pinned
-    (reference §5.4); counting the pinned pages as still usable over-admits."""
+    (reference §5.4); counting the pinned pages as still usable over-admits. Planted in
+    ``can_accept_request`` and in the prefill loop, which inlines it."""
+
+    _prefill_phase = method_with(
+        Scheduler._prefill_phase, "usable(),", "usable() + local // size,  # planted"
+    )
 
     def can_accept_request(
         self,

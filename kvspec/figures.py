@@ -1,0 +1,382 @@
+"""``kvspec figures``: every ratio and throughput the README reports, measured in one run.
+
+Three sections, each a list of JSON records and a Markdown table rendered from them:
+
+* ``bench`` — every bench suite of every component (:func:`kvspec.bench.run_suite`): baseline and
+  impl side by side, medians, the ratio, the upstream PR's ratio and kvspec's goal;
+* ``fuzz`` — lockstep throughput of the seeded fuzzer against the production implementation, per
+  component (every check still runs after every call);
+* ``explore`` — the exhaustive explorer on each component's default scope: distinct states,
+  edges, states/s, edges/s, peak memory, whether it completed.
+
+``--update-readme`` replaces the text between ``<!-- figures:SECTION:start -->`` and
+``<!-- figures:SECTION:end -->`` in the README with the rendered table, so the README never shows a
+figure that no run produced. Ratios, not absolute times, are the comparable result (the machines
+here are shared and noisy); the header line says where and when the figures were taken.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvspec import components
+
+SECTIONS = ("bench", "fuzz", "explore")
+FUZZ_OPS = 200_000
+QUICK_FUZZ_OPS = 20_000
+EXPLORE_SECONDS = 300.0  # per component: the README's "largest scope completed in 5 minutes" bar
+QUICK_EXPLORE_SECONDS = 30.0
+
+
+def markers(section: str) -> tuple[str, str]:
+    return f"<!-- figures:{section}:start -->", f"<!-- figures:{section}:end -->"
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
+# ------------------------------------------------------------------------------------- measuring
+def measure_bench(
+    quick: bool = False, rounds: int | None = None, report: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """Every bench suite's rows, suite by suite, as ``{"suite", "rows"}`` records."""
+    from kvspec.bench import run_suite
+
+    out = []
+    for suite in components.bench_suites():
+        if report is not None:
+            report(f"bench {suite}")
+        rows = run_suite(suite, quick=quick, rounds=rounds)
+        out.append({"suite": suite, "rows": [r.to_json() for r in rows]})
+    return out
+
+
+def measure_fuzz(
+    ops: int, seed: int = 0, report: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """The fuzzer's lockstep throughput against ``impl``, per component with a checker."""
+    from kvspec.targets import load_target
+
+    out = []
+    for comp in components.all_components():
+        if report is not None:
+            report(f"fuzz {comp.name}")
+        label, cls = load_target(comp.name, None)
+        variant = comp.target_variant(None, cls)
+        result = comp.fuzz(cls, label, ops, seed, variant=variant)
+        out.append(
+            {
+                "component": comp.name,
+                "target": label,
+                "variant": variant or ("drawn per episode" if comp.variants else None),
+                "ops": result.steps,
+                "seconds": round(result.seconds, 3),
+                "ops_per_second": round(result.steps / result.seconds) if result.seconds else None,
+                "passed": result.passed,
+            }
+        )
+    return out
+
+
+def measure_explore(
+    seconds: float, report: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """The explorer on each component's default scope (every variant), ``seconds`` at most each."""
+    from kvspec.exploration import explore_component
+    from kvspec.targets import load_target
+
+    out = []
+    for comp in components.all_components():
+        if comp.explorer is None:
+            continue
+        if report is not None:
+            report(f"explore {comp.name}")
+        label, cls = load_target(comp.name, None)
+        started = time.perf_counter()
+        result = explore_component(comp, cls, label, deadline=started + seconds)
+        doc = result.to_json()
+        wall = time.perf_counter() - started
+        edges = int(doc.get("edges", 0))
+        out.append(
+            {
+                "component": comp.name,
+                "target": label,
+                "bounds": doc.get("bounds", {}),
+                "complete": bool(doc.get("complete")),
+                "passed": not doc.get("violations"),
+                "distinct_states": doc.get("distinct_states", 0),
+                "edges": edges,
+                "seconds": round(wall, 2),
+                "states_per_second": doc.get("states_per_second", 0),
+                "edges_per_second": doc.get(
+                    "edges_per_second", round(edges / wall) if wall > 0 else 0
+                ),
+                "peak_memory_mb": doc.get("peak_memory_mb", _peak_rss_mb()),
+            }
+        )
+    return out
+
+
+def measure(
+    sections: Sequence[str],
+    *,
+    quick: bool = False,
+    rounds: int | None = None,
+    fuzz_ops: int | None = None,
+    explore_seconds: float | None = None,
+    report: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The figures document: where and when, then one record list per requested section."""
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown section {unknown[0]!r}; choose from {', '.join(SECTIONS)}")
+    doc: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "quick": quick,
+    }
+    if "bench" in sections:
+        doc["bench"] = measure_bench(quick, rounds, report)
+    if "fuzz" in sections:
+        doc["fuzz"] = measure_fuzz(fuzz_ops or (QUICK_FUZZ_OPS if quick else FUZZ_OPS), 0, report)
+    if "explore" in sections:
+        limit = explore_seconds or (QUICK_EXPLORE_SECONDS if quick else EXPLORE_SECONDS)
+        doc["explore"] = measure_explore(limit, report)
+    return doc
+
+
+# ------------------------------------------------------------------------------------- rendering
+_HIDDEN_CASE_KEYS = {"calls", "pr_ratio", "target_t1_size", "evicted_t1", "evicted_t2"}
+
+
+def case_label(suite: str, case: Mapping[str, Any]) -> str:
+    """A bench case in a few words: its integer fields (``k=v``), its variant, and for
+    ``admission`` the scan that is the baseline."""
+    parts = [f"{k}={v:,}" for k, v in case.items() if type(v) is int and k not in _HIDDEN_CASE_KEYS]
+    if "variant" in case:
+        parts.insert(0, str(case["variant"]))
+    if suite == "admission":
+        parts.insert(0, f"{case.get('baseline', '')} vs counter")
+    return ", ".join(parts)
+
+
+def _us(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1000 else f"{value:,.2f}"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:,.1f}×" if value >= 10 else f"{value:,.2f}×"
+
+
+def _header(doc: Mapping[str, Any], what: str) -> str:
+    quick = ", --quick" if doc.get("quick") else ""
+    return (
+        f"{what} (`kvspec figures`{quick}, {doc['date']}, {doc['cpus']} CPUs, "
+        f"Python {doc['python']}):"
+    )
+
+
+def render_bench(doc: Mapping[str, Any]) -> str:
+    lines = [
+        _header(doc, "Measured side by side, median of the rounds"),
+        "",
+        "| suite | case | baseline µs | impl µs | ratio | upstream PR measured | kvspec goal |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for record in doc["bench"]:
+        suite = record["suite"]
+        for row in record["rows"]:
+            case = row["case"]
+            pr = case.get("pr_ratio")
+            goal = row.get("goal")
+            verdict = "" if goal is None else f"≥ {goal:g}× " + ("✓" if row["meets_goal"] else "✗")
+            lines.append(
+                f"| {suite} | {case_label(suite, case)} | {_us(row['baseline_us'])} | "
+                f"{_us(row['impl_us'])} | {_ratio(row['ratio'])} | "
+                f"{'' if pr is None else f'{pr:g}×'} | {verdict} |"
+            )
+    return "\n".join(lines)
+
+
+def render_fuzz(doc: Mapping[str, Any]) -> str:
+    lines = [
+        _header(doc, "Fuzzer throughput against `impl`, seed 0, one process"),
+        "",
+        "| component | variant | lockstep calls | seconds | calls/s | divergences |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in doc["fuzz"]:
+        lines.append(
+            f"| `{r['component']}` | {r['variant'] or '—'} | {r['ops']:,} | {r['seconds']:,.1f} | "
+            f"{r['ops_per_second'] or 0:,} | {0 if r['passed'] else 1} |"
+        )
+    return "\n".join(lines)
+
+
+def _bounds(bounds: Mapping[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={'/'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in bounds.items()
+    )
+
+
+def render_explore(doc: Mapping[str, Any]) -> str:
+    lines = [
+        _header(doc, "Explorer on each default scope against `impl`, one process"),
+        "",
+        "| component | default scope | complete | distinct states | edges | states/s | edges/s "
+        "| peak memory | time |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in doc["explore"]:
+        done = "yes" if r["complete"] else "**no** (time limit)"
+        if not r["passed"]:
+            done += ", **violation**"
+        lines.append(
+            f"| `{r['component']}` | {_bounds(r['bounds'])} | {done} | "
+            f"{r['distinct_states']:,} | {r['edges']:,} | {r['states_per_second']:,} | "
+            f"{r['edges_per_second']:,} | {r['peak_memory_mb']:,.0f} MB | {r['seconds']:,.1f} s |"
+        )
+    return "\n".join(lines)
+
+
+RENDER: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "bench": render_bench,
+    "fuzz": render_fuzz,
+    "explore": render_explore,
+}
+
+
+def rendered(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The Markdown table of every section the document holds."""
+    return {s: RENDER[s](doc) for s in SECTIONS if s in doc}
+
+
+def _literal(text: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that ``re.sub`` inserts verbatim (a table's backslashes are not escapes)."""
+    return lambda _match: text
+
+
+def update_readme(readme: Path, tables: Mapping[str, str]) -> list[str]:
+    """Replace each section's marked block in ``readme``; every marker pair must be present
+    (``ValueError`` naming the missing one, nothing written). Returns the sections replaced."""
+    text = readme.read_text()
+    for section, table in tables.items():
+        start, end = markers(section)
+        pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+        if not pattern.search(text):
+            raise ValueError(f"{readme} has no {start} … {end} markers")
+        text = pattern.sub(_literal(f"{start}\n{table}\n{end}"), text)
+    readme.write_text(text)
+    return list(tables)
+
+
+def failures(doc: Mapping[str, Any]) -> Iterable[str]:
+    """What in the document is a failure: a divergence or a violation (a missed goal is not)."""
+    for r in doc.get("fuzz", []):
+        if not r["passed"]:
+            yield f"fuzz {r['component']}: divergence"
+    for r in doc.get("explore", []):
+        if not r["passed"]:
+            yield f"explore {r['component']}: violation"
+
+
+# ------------------------------------------------------------------------------------- command
+def add_parser(subparsers: Any) -> None:
+    """Register ``figures`` on the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "figures",
+        help="measure every bench ratio, fuzz and explorer throughput in one run; "
+        "optionally rewrite the README's tables",
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all)",
+    )
+    p.add_argument("--quick", action="store_true", help="fewer bench rounds and cases, short runs")
+    p.add_argument("--rounds", type=int, help="bench rounds per case (median; at least 7)")
+    p.add_argument(
+        "--fuzz-ops", type=int, help=f"lockstep calls per component (default {FUZZ_OPS:,})"
+    )
+    p.add_argument(
+        "--explore-seconds",
+        type=float,
+        help=f"time limit per component's default scope (default {EXPLORE_SECONDS:g} s)",
+    )
+    p.add_argument(
+        "--update-readme",
+        nargs="?",
+        const="README.md",
+        metavar="PATH",
+        help="replace the marked figure tables in PATH (default README.md)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_figures)
+
+
+def cmd_figures(args: Any) -> int:
+    """0: measured (goals may be missed: the table says so); 1: a divergence or violation was
+    found on the way; 2: could not run (bad arguments, README without markers)."""
+    from kvspec.output import ERR, OUT, UsageError, emit
+
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad or not sections:
+        raise UsageError(f"--only takes a subset of {', '.join(SECTIONS)}, got {args.only!r}")
+    if args.rounds is not None and args.rounds < 7:
+        raise UsageError("--rounds must be at least 7")
+    if args.fuzz_ops is not None and args.fuzz_ops <= 0:
+        raise UsageError(f"--fuzz-ops must be positive, got {args.fuzz_ops}")
+    if args.explore_seconds is not None and args.explore_seconds <= 0:
+        raise UsageError(f"--explore-seconds must be positive, got {args.explore_seconds}")
+    readme = None if args.update_readme is None else Path(args.update_readme)
+    if readme is not None:  # fail before an hour of measuring, not after
+        if not readme.is_file():
+            raise UsageError(f"--update-readme: no file {readme}")
+        text = readme.read_text()
+        for s in sections:
+            start, end = markers(s)
+            if start not in text or end not in text:
+                raise UsageError(f"--update-readme: {readme} has no {start} … {end} markers")
+    started = time.perf_counter()
+
+    def report(step: str) -> None:
+        ERR.print(f"figures: {step} ({time.perf_counter() - started:,.0f} s)", highlight=False)
+
+    doc = measure(
+        sections,
+        quick=args.quick,
+        rounds=args.rounds,
+        fuzz_ops=args.fuzz_ops,
+        explore_seconds=args.explore_seconds,
+        report=report,
+    )
+    tables = rendered(doc)
+    if readme is not None:
+        update_readme(readme, tables)
+        doc["readme_updated"] = str(readme)
+    found = list(failures(doc))
+    doc["failures"] = found
+    emit(doc, args.json)
+    if not args.json:
+        for s in sections:
+            OUT.print(tables[s], highlight=False, markup=False, soft_wrap=True)
+            OUT.print()
+        for f in found:
+            OUT.print(f"[red]{f}[/]")
+        if readme is not None:
+            OUT.print(f"updated {', '.join(sections)} in {readme}")
+    return 1 if found else 0
