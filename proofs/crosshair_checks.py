@@ -1,14 +1,15 @@
 """The CrossHair checks behind ``kvspec crosshair``: one table, one runner, explicit budgets.
 
-Three kinds of check, each run as a subprocess of the CrossHair (or pytest) command line:
+Three kinds of check, each run as a subprocess (the CrossHair command line, or the backend runner):
 
 * ``diffbehavior`` — ``crosshair diffbehavior LEGACY OPTIMISED``: the optimised kernel behaves as
   the legacy one on every input CrossHair reaches. Pairs that need one signature go through the
   plain-data adapters of :mod:`proofs.crosshair_pairs`.
 * ``contract`` — ``crosshair check --report_all``: the PEP 316 ``pre:``/``post:`` contracts of the
   named kernels hold.
-* ``backend`` — pytest on :mod:`proofs.crosshair_properties`, whose properties run on Hypothesis'
-  CrossHair backend (``hypothesis-crosshair``).
+* ``backend`` — :mod:`proofs.crosshair_backend` on :mod:`proofs.crosshair_properties`, whose
+  properties run on Hypothesis' CrossHair backend (``hypothesis-crosshair``); its verdicts are
+  JSON, decided by what each property call raised, not by Hypothesis' printed report.
 
 Verdicts. CrossHair is a search, so "found nothing" counts only when the search ran its whole
 budget without an error: ``pass`` needs diffbehavior's "No differences found" (or every
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import fnmatch
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -78,7 +80,7 @@ class Check:
     """One CrossHair run with its budget.
 
     ``targets``: diffbehavior — ``(legacy, optimised)`` qualified function names; contract — the
-    functions whose contracts are checked; backend — pytest node ids. ``expect``: ``"pass"`` for a
+    functions whose contracts are checked; backend — FILE.py::property ids. ``expect``: ``"pass"`` for a
     real check; ``"found"`` for a planted one (the difference, violation or failing property must
     be reported). ``env``: extra environment for the subprocess (backend: the kernels under test).
     """
@@ -446,7 +448,7 @@ def scaled(check: Check, scale: float) -> tuple[int, float]:
 def command(check: Check, scale: float = 1.0) -> list[str]:
     budget, _ = scaled(check, scale)
     if check.kind == "backend":
-        return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *check.targets]
+        return [sys.executable, "-m", "proofs.crosshair_backend", *check.targets]
     budget_args = [
         "--max_uninteresting_iterations",
         str(budget),
@@ -548,16 +550,20 @@ def _contract(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str,
 
 
 def _backend(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str, str]:
-    summary = _last_line(out)
-    passed = re.search(r"(\d+) passed", summary)
-    if rc == 0 and passed and int(passed.group(1)) == len(targets) and "skipped" not in summary:
-        return "clean", f"{passed.group(1)} properties passed on the CrossHair backend"
-    if rc == 1 and "Falsifying example" in out:
-        start = out.index("Falsifying example")
-        example = out[start:].split("\n\n")[0]
-        example = "\n".join(line.removeprefix("E").strip() for line in example.splitlines())
-        return "found", "falsified: " + _compact(example)
-    return "inconclusive", f"pytest exit {rc}: {summary}"
+    """The runner's JSON verdicts (:mod:`proofs.crosshair_backend`), one per property."""
+    try:
+        results = json.loads(out.strip().splitlines()[-1])["results"]
+    except (IndexError, ValueError, KeyError, TypeError):
+        return "inconclusive", f"backend runner exit {rc}, no verdicts: {_last_line(err)}"
+    if len(results) != len(targets):
+        return "inconclusive", f"{len(results)} verdicts for {len(targets)} properties"
+    falsified = [r for r in results if r["status"] == "falsified"]
+    if falsified:
+        return "found", "falsified: " + _compact(falsified[0]["detail"] or falsified[0]["target"])
+    errors = [r for r in results if r["status"] != "passed"]
+    if errors:
+        return "inconclusive", f"{errors[0]['target'].rpartition('::')[2]}: {errors[0]['detail']}"
+    return "clean", f"{len(results)} properties passed on the CrossHair backend"
 
 
 def interpret(

@@ -3,7 +3,8 @@
 Each property says "the optimised kernel does what the legacy kernel does" for every input the
 strategy can draw; with ``backend="crosshair"`` the inputs are symbolic, so each example is an
 execution path explored by CrossHair instead of a random draw. ``kvspec crosshair`` runs this
-module with pytest (check kind ``backend``); it is not part of the default test collection.
+module with :mod:`proofs.crosshair_backend` (check kind ``backend``); it is not part of the default
+test collection.
 
 Environment (set by ``proofs.crosshair_checks``):
 

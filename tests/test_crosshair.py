@@ -101,14 +101,51 @@ def test_contract_verdicts() -> None:
     assert cc.interpret(CONTRACT, 0, "", "")[0] == "inconclusive"
 
 
+def _verdicts(*statuses: str, detail: str = "") -> str:
+    results = [
+        {"target": t, "status": st, "detail": detail}
+        for t, st in zip(BACKEND.targets, statuses, strict=False)
+    ]
+    return "noise from the properties\n" + json.dumps({"results": results}) + "\n"
+
+
 def test_backend_verdicts() -> None:
-    assert cc.interpret(BACKEND, 0, "..\n2 passed in 9.1s\n", "")[0] == "pass"
-    assert cc.interpret(BACKEND, 0, "1 passed, 1 skipped in 3s\n", "")[0] == "inconclusive"
-    assert cc.interpret(BACKEND, 0, "1 passed in 3s\n", "")[0] == "inconclusive"  # one missing
-    failing = "E       Falsifying example: test_x(\nE           events=[0, 1, -1],\nE       )\n\n1 failed\n"
-    status, detail = cc.interpret(BACKEND, 1, failing, "")
+    """The backend runner's JSON decides: every property passed, one falsified, anything else is
+    inconclusive (a missing verdict, an error such as an unsatisfiable strategy, no document)."""
+    assert cc.interpret(BACKEND, 0, _verdicts("passed", "passed"), "")[0] == "pass"
+    assert cc.interpret(BACKEND, 0, _verdicts("passed"), "")[0] == "inconclusive"  # one missing
+    assert cc.interpret(BACKEND, 0, _verdicts("passed", "error"), "")[0] == "inconclusive"
+    failing = _verdicts(
+        "passed", "falsified", detail="Falsifying example: test_y(events=[0, 1, -1])"
+    )
+    status, detail = cc.interpret(BACKEND, 0, failing, "")
     assert status == "fail" and "events=[0, 1, -1]" in detail
-    assert cc.interpret(BACKEND, 4, "ERROR: file or directory not found\n", "")[0] == "inconclusive"
+    assert cc.interpret(BACKEND, 1, "", "Traceback …\nImportError: x\n")[0] == "inconclusive"
+
+
+def test_the_backend_runner_reports_what_each_property_call_raised(tmp_path, monkeypatch) -> None:
+    """No pytest and no printed report: a passing property, an assertion failure with its note,
+    and a Hypothesis error (unsatisfiable) give passed / falsified / error."""
+    from proofs import crosshair_backend
+
+    (tmp_path / "kvspec_props_demo.py").write_text(
+        "from hypothesis import given, settings, strategies as st\n"
+        "@settings(max_examples=20, database=None)\n@given(st.integers())\n"
+        "def test_ok(x):\n    assert x == x\n"
+        "@settings(max_examples=50, database=None)\n@given(st.integers())\n"
+        "def test_bad(x):\n    assert x < 5\n"
+        "@settings(max_examples=5, database=None)\n@given(st.integers().filter(lambda x: False))\n"
+        "def test_unsat(x):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = {
+        t.rpartition("::")[2]: crosshair_backend.run_one(t)
+        for t in (f"kvspec_props_demo.py::{n}" for n in ("test_ok", "test_bad", "test_unsat"))
+    }
+    assert got["test_ok"]["status"] == "passed"
+    assert got["test_bad"]["status"] == "falsified" and "x=5" in got["test_bad"]["detail"]
+    assert got["test_unsat"]["status"] == "error"
+    assert crosshair_backend.run_one("nowhere.py::f")["status"] == "error"
 
 
 def test_a_planted_check_passes_only_when_its_bug_is_found() -> None:
