@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.markup import escape
 
 from kvspec import components
 from kvspec.components import Component, ComponentError
@@ -343,15 +344,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     stages = verify.run_all(quick=args.quick, show_progress=not args.json, console=ERR)
     emit({"stages": [s.to_json() for s in stages]}, args.json)
     if not args.json:
-        table = Table(title="kvspec verify")
-        for column in ("stage", "status", "seconds", "summary"):
-            table.add_column(column, overflow="fold")
-        colour = {"pass": "green", "fail": "red", "skip": "yellow"}
-        for s in stages:
-            table.add_row(
-                s.name, f"[{colour[s.status]}]{s.status}[/]", f"{s.seconds:.1f}", s.summary
-            )
-        OUT.print(table)
+        OUT.print(verify_table(stages))
     return 1 if any(s.status == "fail" for s in stages) else 0
 
 
@@ -363,6 +356,36 @@ def _flags(p: argparse.ArgumentParser, what: str) -> None:
         owners = ", ".join(components.with_flag(flag))
         p.add_argument(f"--{flag}", action="store_true", help=f"{owners}: {what}{text}")
     for name, text in components.all_settings().items():
+BRIEF = 44  # characters of a passing stage's summary in the table (80 columns; --json has all)
+
+
+def brief(summary: str, width: int = BRIEF) -> str:
+    """A passing stage's summary shortened to its first clause, at most ``width`` characters."""
+    first = summary.split("; ")[0]
+    more = first != summary
+    if len(first) > width:
+        first, more = first[: width - 1].rstrip(" ,:/"), True
+    return first + ("…" if more else "")
+
+
+def verify_table(stages: Sequence[Any]) -> Table:
+    """The summary: one row per stage; a failure or a skip keeps its whole message (what failed,
+    what to install), a pass its first figures. Every text is escaped: an extra such as
+    ``kvspec[smoke]`` is not console markup."""
+    table = Table(title="kvspec verify", caption="details: kvspec verify --json")
+    table.add_column("stage", overflow="fold", ratio=2)
+    table.add_column("status", no_wrap=True)
+    table.add_column("s", justify="right", no_wrap=True)
+    table.add_column("summary", overflow="fold", ratio=3)
+    colour = {"pass": "green", "fail": "red", "skip": "yellow"}
+    for s in stages:
+        text = brief(s.summary) if s.status == "pass" else s.summary
+        table.add_row(
+            escape(s.name), f"[{colour[s.status]}]{s.status}[/]", f"{s.seconds:.0f}", escape(text)
+        )
+    return table
+
+
         owners = ", ".join(c.name for c in components.all_components() if name in c.settings)
         p.add_argument(f"--{name.replace('_', '-')}", metavar="VALUE", help=f"{owners}: {text}")
 
