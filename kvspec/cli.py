@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
 from rich.markup import escape
+from rich.table import Table
 
 from kvspec import components
 from kvspec.components import Component, ComponentError
@@ -348,14 +348,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if any(s.status == "fail" for s in stages) else 0
 
 
-# ----------------------------------------------------------------------------- parser
-def _flags(p: argparse.ArgumentParser, what: str) -> None:
-    """The components' checker options on ``p``: boolean flags (``--soundness``, …) and valued
-    settings (``--request-module MOD``, …)."""
-    for flag, text in components.all_flags().items():
-        owners = ", ".join(components.with_flag(flag))
-        p.add_argument(f"--{flag}", action="store_true", help=f"{owners}: {what}{text}")
-    for name, text in components.all_settings().items():
 BRIEF = 44  # characters of a passing stage's summary in the table (80 columns; --json has all)
 
 
@@ -386,6 +378,14 @@ def verify_table(stages: Sequence[Any]) -> Table:
     return table
 
 
+# ----------------------------------------------------------------------------- parser
+def _flags(p: argparse.ArgumentParser, what: str) -> None:
+    """The components' checker options on ``p``: boolean flags (``--soundness``, …) and valued
+    settings (``--request-module MOD``, …)."""
+    for flag, text in components.all_flags().items():
+        owners = ", ".join(components.with_flag(flag))
+        p.add_argument(f"--{flag}", action="store_true", help=f"{owners}: {what}{text}")
+    for name, text in components.all_settings().items():
         owners = ", ".join(c.name for c in components.all_components() if name in c.settings)
         p.add_argument(f"--{name.replace('_', '-')}", metavar="VALUE", help=f"{owners}: {text}")
 
@@ -533,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     crosshair.add_parser(sub)
 
     exploration.add_parser(sub)
+    figures.add_parser(sub)
     return parser
 
 
@@ -541,7 +542,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    figures.add_parser(sub)
     except (TargetError, TargetMisfit, UsageError, ComponentError) as exc:
         return could_not_run(exc)
     return code
