@@ -36,15 +36,7 @@ from proofs.explorer import (
 
 BM = "infinilm-block-manager"
 CATALOGUE = components.catalogue()
-# hash_index_not_cleaned_on_eviction overrides _deallocate_block, which the impl's inlined
-# try_free_blocks (9429503) no longer calls on eviction: in this scope it changes no behaviour
-_DEAD = {"hash_index_not_cleaned_on_eviction"}
-BM_MUTANTS = [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="mutant no longer reached"))
-    if n in _DEAD
-    else n
-    for n in sorted(n for n, m in CATALOGUE.items() if m.component == BM)
-]
+BM_MUTANTS = sorted(n for n, m in CATALOGUE.items() if m.component == BM)
 SMALL_BM = BlockManagerBounds(pages=2, block_size=2, vocab=2, tables=1, tokens=2)
 MUTANT_BM = BlockManagerBounds(pages=3, block_size=2, vocab=1, tables=2, tokens=3)
 JSON_KEYS = {

@@ -19,10 +19,17 @@ object paired with it, identified by :meth:`Model.pair_key`) and the generator m
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from stateful_tests.lockstep import Check, compare_outcomes, invoke
+from stateful_tests.lockstep import (
+    Check,
+    atomic_failure_check,
+    compare_outcomes,
+    compare_snapshots,
+    invoke,
+)
 
 SELF = -1  # memo: a self-loop (neither the pair nor the generator model changes)
 DROP = -2  # memo: a "bad" input the spec accepted (compared, not followed)
@@ -37,8 +44,6 @@ class Expander:
     def __init__(
         self, model: Any, *, well_formed: bool, memo: bool, memo_cap: int = 3_000_000
     ) -> None:
-        from proofs.explorer.search import _Run
-
         self.model = model
         self.run_cls = _Run
         self.dup: Callable[[Any], Any] = model.clone
@@ -51,7 +56,7 @@ class Expander:
         self.memo: dict[int, tuple[int, Any, bool]] = {}  # pair id << 24 | call -> outcome
         self.edge_cache: dict[Hashable, list[Any]] = {}
         self.checked: set[int] = set()  # snapshots whose state invariants hold
-        self.edges = self.executed = self.dropped = 0
+        self.edges = self.executed = self.dropped = self.expanded = 0
 
     # ------------------------------------------------------------------ pairs
     def pair(self, spec: Any, target: Any, snap: Any) -> int:
@@ -78,8 +83,6 @@ class Expander:
     def judge(self, edge: Any, snap: Any, run: Any) -> Check | None:
         """The edge's lockstep verdict, the state invariants of a snapshot not checked before (the
         target's equals the spec's by then), then the target's hidden state."""
-        from proofs.explorer.search import _state_invariants
-
         problem: Check | None = run.problem
         if problem is None:
             h = hash(run.after)
@@ -105,6 +108,12 @@ class Expander:
         """Every successor of state (pair ``pid``, ``gen``), or the first failed check."""
         spec_p, target_p, snap = self.objects[pid]
         memo = self.memo if self.use_memo else None
+        self.expanded += 1
+        if not self.expanded & 1023:
+            # The search runs with the collector off (a full collection would rescan the visited
+            # tables and the memo); the only cycles it makes are raised exceptions and their
+            # frames, all young: collecting the young generation now and then frees them.
+            gc.collect(0)
         out: list[Successor] = []
         readonly: list[tuple[int, Any]] = []
         mutating: list[tuple[int, Any]] = []
@@ -126,12 +135,14 @@ class Expander:
                     out.append((index, succ, g, None))
                     continue
             (readonly if edge.readonly else mutating).append((index, edge))
-        work: list[Any] = [self.dup(spec_p), self.dup(target_p)]
-        if readonly and not self._batch(pid, gen, readonly, memo, work):
-            work = []
-            found = self._exact_readonly(pid, gen, readonly, out)
-            if found is not None:
-                return out, found
+        work: list[Any] = []
+        if readonly:
+            work = [self.dup(spec_p), self.dup(target_p)]
+            if not self._batch(pid, gen, readonly, memo, work):
+                work = []
+                found = self._exact_readonly(pid, gen, readonly, out)
+                if found is not None:
+                    return out, found
         # Lazy cloning (memo models only): every call runs on the working copies; they are copied
         # afresh only after a call moved them (they become that successor's objects). A self-loop
         # leaves them with the pair key they started with — the whole state of both sides — so
@@ -155,6 +166,8 @@ class Expander:
                     memo[pid << 24 | edge.ident] = (DROP, None, False)
                 work = []
                 continue
+            if not reuse and run.after == snap and run.gen == gen:
+                continue  # a self-loop by the snapshot (the target was compared; nothing new)
             succ = self.pair(run.spec, run.target, run.after)
             if memo is not None:
                 keep = None if raised or edge.then is None else run.s_out.returned
@@ -196,7 +209,8 @@ class Expander:
         reader = model.reader
         if reader(spec) != snap or reader(target) != snap:
             return False
-        if hash(model.pair_key(snap, spec, target)) != self.pair_fps[pid]:
+        # with the memo the copies go on serving: they must still be the pair, hidden state and all
+        if model.memo and hash(model.pair_key(snap, spec, target)) != self.pair_fps[pid]:
             return False
         if memo is not None:
             for _, edge in edges:
@@ -250,3 +264,41 @@ class Expander:
         run = self.run_cls(self.model, edge, self.dup(spec_p), self.dup(target_p), snap, gen)
         self.executed += 1
         return run.spec, run.target, run.after
+
+
+class _Run:
+    """One edge applied in lockstep: outcomes, snapshots, the first failed check (Lockstep's own
+    comparisons, in Lockstep's order)."""
+
+    __slots__ = ("after", "gen", "problem", "s_out", "spec", "t_out", "target")
+
+    def __init__(self, model: Any, edge: Any, spec: Any, target: Any, snap: Any, gen: Any):
+        self.spec, self.target, self.gen = spec, target, gen
+        self.s_out = s_out = invoke(spec, edge.method, edge.args)
+        self.t_out = t_out = invoke(target, edge.method, edge.args)
+        self.after = None
+        problem = compare_outcomes(s_out, t_out)
+        if problem is None:
+            reader = model.reader
+            raised = s_out.raised
+            # a read-only call leaves the spec as it was (by the spec's contract) unless it is a
+            # "bad" input the spec accepted: only then is the spec read again
+            if edge.readonly and (raised is not None or not edge.bad):
+                self.after = after = snap
+            else:
+                self.after = after = reader(spec)
+            target_snap = reader(target)
+            problem = compare_snapshots(after, target_snap, model.snapshot_checks)
+            if problem is None and raised is not None and model.validate_first(edge.method, raised):
+                problem = atomic_failure_check(edge.method, raised, snap, target_snap)
+            if problem is None and raised is None and edge.then is not None:
+                self.gen = edge.then(s_out.returned)
+        self.problem = problem
+
+
+def _state_invariants(model: Any, target_snap: Any) -> Check | None:
+    for name, predicate in model.state_invariants.items():
+        problem = predicate(target_snap)
+        if problem:
+            return name, problem
+    return None

@@ -84,6 +84,12 @@ def _relabel(snap: Any) -> tuple[Any, ...]:
     return (snap.num_allocated_blocks, snap.free_list, policy)
 
 
+_RELEASE_SETTINGS = (
+    "threshold_counting",
+    "threshold_scope",
+    "arc_store_miss",
+    "failed_store_event",
+)
 _MANAGER_ATTRIBUTES = frozenset(
     {
         "_free_list",
@@ -97,6 +103,8 @@ _MANAGER_ATTRIBUTES = frozenset(
         "medium",
         "store_threshold",
         "stores_skipped_in_current_batch",
+        # release features (spec/vllm/releases.py): settings, atoms (checked in _clone_offload)
+        *_RELEASE_SETTINGS,
     }
 )
 _POLICY_BLOCKS = ("t1", "t2", "blocks")  # key -> BlockStatus (each block in exactly one)
@@ -121,6 +129,7 @@ def _clone_offload(h: ManagerHarness) -> ManagerHarness:
         or not hasattr(policy, "__dict__")
         or not policy.__dict__.keys() <= _POLICY_ATTRIBUTES
         or m.events
+        or any(type(getattr(m, a, None)) not in (str, bool, type(None)) for a in _RELEASE_SETTINGS)
     ):
         return clone(h)  # type: ignore[no-any-return]
     new = object.__new__

@@ -24,6 +24,7 @@ checked against every invariant, under the names of ``spec/invariants.py``.
 
 from __future__ import annotations
 
+import gc
 import time
 from array import array
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -32,15 +33,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from proofs.explorer.engine import Expander
+from proofs.explorer.engine import Expander, _state_invariants
 from proofs.explorer.set_clone import clone, cloner_ready
 from stateful_tests.lockstep import (
     Check,
     Divergence,
     Outcome,
     Step,
-    atomic_failure_check,
-    compare_outcomes,
     compare_snapshots,
     invoke,
     save_trace,
@@ -277,36 +276,6 @@ class ExploreResult:
 Progress = Callable[[int, int, int], None]  # (distinct states, edges, depth)
 
 
-class _Run:
-    """One edge applied in lockstep: outcomes, snapshots, the first failed check (Lockstep's own
-    comparisons, in Lockstep's order)."""
-
-    __slots__ = ("after", "gen", "problem", "s_out", "spec", "t_out", "target")
-
-    def __init__(self, model: Model, edge: Edge, spec: Any, target: Any, snap: Any, gen: Any):
-        self.spec, self.target, self.gen = spec, target, gen
-        self.s_out = s_out = invoke(spec, edge.method, edge.args)
-        self.t_out = t_out = invoke(target, edge.method, edge.args)
-        self.after = None
-        problem = compare_outcomes(s_out, t_out)
-        if problem is None:
-            reader = model.reader
-            raised = s_out.raised
-            # a read-only call leaves the spec as it was (by the spec's contract) unless it is a
-            # "bad" input the spec accepted: only then is the spec read again
-            if edge.readonly and (raised is not None or not edge.bad):
-                self.after = after = snap
-            else:
-                self.after = after = reader(spec)
-            target_snap = reader(target)
-            problem = compare_snapshots(after, target_snap, model.snapshot_checks)
-            if problem is None and raised is not None and model.validate_first(edge.method, raised):
-                problem = atomic_failure_check(edge.method, raised, snap, target_snap)
-            if problem is None and raised is None and edge.then is not None:
-                self.gen = edge.then(s_out.returned)
-        self.problem = problem
-
-
 def explore(
     model: Model,
     *,
@@ -345,16 +314,15 @@ def explore(
     exp.checked.add(hash(snap0))
     pid0 = exp.pair(spec0, target0, snap0)
     exp.keep(pid0, (spec0, target0, snap0))
-    if workers > 1:
-        from proofs.explorer.parallel import explore_layers
-
-        found, stop, unexpanded = explore_layers(
+    collecting = gc.isenabled()
+    gc.disable()  # the expander collects the young generation itself (Expander.expand)
+    try:
+        found, stop, unexpanded = _search(
             exp, result, (pid0, gen0), workers, depth, max_states, deadline, progress
         )
-    else:
-        found, stop, unexpanded = _serial(
-            exp, result, (pid0, gen0), depth, max_states, deadline, progress
-        )
+    finally:
+        if collecting:
+            gc.enable()
     result.edges = result.edges or exp.edges  # the workers' sums, or this process's counts
     result.executed_calls = result.executed_calls or exp.executed
     result.dropped_edges = result.dropped_edges or exp.dropped
@@ -370,6 +338,23 @@ def explore(
     result.seconds = time.perf_counter() - started
     result.message = _message(result, depth, max_states, unexpanded)
     return result
+
+
+def _search(
+    exp: Expander,
+    result: ExploreResult,
+    start: tuple[int, Any],
+    workers: int,
+    depth: int | None,
+    max_states: int | None,
+    deadline: float | None,
+    progress: Progress | None,
+) -> tuple[tuple[list[int], Check] | None, str | None, int]:
+    if workers > 1:
+        from proofs.explorer.parallel import explore_layers
+
+        return explore_layers(exp, result, start, workers, depth, max_states, deadline, progress)
+    return _serial(exp, result, start, depth, max_states, deadline, progress)
 
 
 def _peak_mb() -> float:
@@ -451,14 +436,6 @@ def _serial(
         layer += 1
     result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
     return None, stop, unexpanded
-
-
-def _state_invariants(model: Model, target_snap: Any) -> Check | None:
-    for name, predicate in model.state_invariants.items():
-        problem = predicate(target_snap)
-        if problem:
-            return name, problem
-    return None
 
 
 def _path(parent: array, via: array, sid: int) -> list[int]:  # type: ignore[type-arg]
