@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError(f"--ops must be positive, got {args.ops}")
     label, cls = load_target(component, args.target)
     variant = comp.target_variant(variant, cls)
+    cpu_started = time.process_time()
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
         result = comp.fuzz(
             cls,
@@ -156,6 +158,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             timeout=args.call_timeout,
             **options,
         )
+    cpu_seconds = time.process_time() - cpu_started
     cx = _counterexample(result, comp, cls, 0.0 if args.no_shrink else 10.0, options=options)
     document = {
         "component": component,
@@ -166,6 +169,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "seconds": round(result.seconds, 3),
         "ops_per_second": round(result.steps / result.seconds) if result.seconds else None,
+        # every op is one lockstep call (for the scheduler: one engine event), all checks run;
+        # per CPU second too, the steadier figure on a shared machine
+        "calls_per_second": round(result.steps / result.seconds, 1) if result.seconds else None,
+        "cpu_seconds": round(cpu_seconds, 3),
+        "calls_per_cpu_second": round(result.steps / cpu_seconds, 1) if cpu_seconds else None,
         "divergences": 0 if result.passed else 1,
         "counterexample": cx,
         "coverage": result.coverage,

@@ -24,7 +24,8 @@ from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.prefix_cache import chain_hashes
 from spec.infinilm.snapshot import read_block_manager
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
-from stateful_tests.lockstep import Chooser, Lockstep, Step
+from stateful_tests.fastpath import ledger_holds
+from stateful_tests.lockstep import Chooser, Lockstep, Step, Verdicts
 
 # Operations that validate their input before changing anything: when they raise, the snapshot must
 # not change. Reclamation inside allocate/append is not validation: OutOfBlocksError keeps evictions
@@ -46,6 +47,9 @@ def validate_first(method: str, exc: BaseException) -> bool:
     return method in _VALIDATE_FIRST and not isinstance(exc, OutOfBlocksError)
 
 
+# Block-manager states on which every STATE_INVARIANTS predicate held (shared by all drivers).
+VERDICTS = Verdicts()
+
 SNAPSHOT_CHECKS = {
     "free_block_ids": "identical_eviction_order",
     "used_block_ids": "identical_eviction_order",
@@ -53,6 +57,9 @@ SNAPSHOT_CHECKS = {
     "hash_to_block_ids": "prefix_index_consistent",
     "hashes": "prefix_index_consistent",
 }
+
+
+_CALL: dict[str, str] = {}  # method -> its coverage key (built once, not per call)
 
 
 @dataclass(frozen=True)
@@ -93,12 +100,14 @@ class Driver:
             state_invariants=inv.STATE_INVARIANTS,
             validate_first=validate_first,
             snapshot_checks=SNAPSHOT_CHECKS,
+            verdicts=VERDICTS,
         )
         self.holders: list[Holder] = []
         self.released: list[list[int]] = []
         self.prompts: list[list[int]] = []
         self.ledger_valid = True
         self.coverage: Counter[str] = Counter()
+        self._hashes: dict[tuple[int, ...], list[bytes]] = {}
 
     # ------------------------------------------------------------ plumbing
     @property
@@ -115,31 +124,35 @@ class Driver:
 
     def call(self, method: str, *args: Any) -> Any:
         """Lockstep call, coverage bookkeeping, ledger invariants; the spec's raw outcome."""
-        free_before = set(self.ls.after.free_block_ids)
+        free_before = self.ls.after.free_block_ids
         out = self.ls.call(method, *args)
         snap = self.ls.after
-        self.coverage[f"call:{method}"] += 1
-        if out.raised is not None:
-            self.coverage[f"raise:{method}:{type(out.raised).__name__}"] += 1
-        evicted = [p for p in snap.free_block_ids if p not in free_before]
-        if evicted and method != "truncate_blocks":
-            self.coverage["path:eviction"] += 1
-            if method == "try_free_blocks" and len(free_before) >= args[0]:
-                self.coverage["path:quirk_a_evict_one"] += 1
-            if out.returned is None and out.raised is None and method == "allocate_slots":
-                self.coverage["path:quirk_b_failed_reclaim_evicts"] += 1
-            if method == "try_free_blocks" and out.returned is False:
-                self.coverage["path:quirk_b_failed_reclaim_evicts"] += 1
-        if method == "allocate_slots" and out.raised is None and out.returned is None:
-            self.coverage["path:allocate_returns_none"] += 1
-        if isinstance(out.raised, OutOfBlocksError):
-            self.coverage["path:out_of_blocks"] += 1
-        if not snap.free_block_ids:
-            self.coverage["path:pool_full"] += 1
+        cov = self.coverage
+        cov[_CALL.get(method) or _CALL.setdefault(method, f"call:{method}")] += 1
+        raised, returned = out.raised, out.returned
+        if raised is not None:
+            cov[f"raise:{method}:{type(raised).__name__}"] += 1
+        free = snap.free_block_ids
+        if free != free_before and method != "truncate_blocks":
+            before = set(free_before)
+            if any(p not in before for p in free):  # a page became free: an eviction
+                cov["path:eviction"] += 1
+                if method == "try_free_blocks" and len(free_before) >= args[0]:
+                    cov["path:quirk_a_evict_one"] += 1
+                if returned is None and raised is None and method == "allocate_slots":
+                    cov["path:quirk_b_failed_reclaim_evicts"] += 1
+                if method == "try_free_blocks" and returned is False:
+                    cov["path:quirk_b_failed_reclaim_evicts"] += 1
+        if method == "allocate_slots" and raised is None and returned is None:
+            cov["path:allocate_returns_none"] += 1
+        if isinstance(raised, OutOfBlocksError):
+            cov["path:out_of_blocks"] += 1
+        if not free:
+            cov["path:pool_full"] += 1
         if any(len(ids) > 1 for _, ids in snap.hash_to_block_ids):
-            self.coverage["path:duplicate_hash_pages"] += 1
-        if method == "get_computed_blocks" and out.returned and out.returned[0]:
-            self.coverage["path:prefix_hit"] += 1
+            cov["path:duplicate_hash_pages"] += 1
+        if method == "get_computed_blocks" and returned and returned[0]:
+            cov["path:prefix_hit"] += 1
         return out
 
     def after_call(self) -> None:
@@ -149,8 +162,15 @@ class Driver:
         self.check_ledger(tables)
 
     def check_ledger(self, tables: list[list[int]]) -> None:
+        """``referenced_count_matches_live_pages`` (the target's usable counter, every call),
+        ``no_live_eviction`` and ``no_leak_at_quiescence`` against the ledger ``tables``.
+
+        A verdict-preserving fast path first (:func:`ledger_holds`); the predicates themselves
+        run when it does not confirm, so a failure is always theirs, with their message."""
         snap = self.ls.after
         usable = self.target.get_total_usable_blocks()
+        if self.ledger_valid and tables and ledger_holds(snap, usable, tables):
+            return
         problem = inv.referenced_count_matches_live_pages(
             snap, usable, tables if self.ledger_valid else None
         )
@@ -231,7 +251,12 @@ class Driver:
         return c.pick((0, 1, 2, free, free + 1, n, n + 1, c.int(0, n + 2)))
 
     def hashes(self, tokens: list[int]) -> list[bytes]:
-        return chain_hashes(tokens, self.config.block_size)
+        """The prefix hashes of ``tokens`` (remembered: prompts repeat, and a pure function)."""
+        key = tuple(tokens)
+        found = self._hashes.get(key)
+        if found is None:
+            found = self._hashes[key] = chain_hashes(tokens, self.config.block_size)
+        return list(found)
 
     # ------------------------------------------------------------ operations (simple first)
     def capacity_query(self, c: Chooser) -> None:
@@ -483,15 +508,14 @@ class Facts(NamedTuple):
 
     @classmethod
     def of(cls, d: Driver) -> Facts:
-        requests = d.requests()
-        return cls(
-            bool(d.prompts),
-            bool(requests),
-            bool(d.decodable()),
-            bool(d.holders),
-            bool(d.released),
-            any(r.indexed > 0 for r in requests),
-        )
+        requests = decodable = indexed = False
+        size = d.config.block_size
+        for h in d.holders:  # d.requests() and d.decodable() in one pass
+            if h.kind == "request":
+                requests = True
+                decodable = decodable or len(h.table) == -(-h.length // size)
+                indexed = indexed or h.indexed > 0
+        return cls(bool(d.prompts), requests, decodable, bool(d.holders), bool(d.released), indexed)
 
 
 OPERATIONS: tuple[Operation, ...] = (

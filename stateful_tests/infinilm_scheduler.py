@@ -22,8 +22,9 @@ from __future__ import annotations
 import importlib
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from spec import invariants as inv
@@ -37,13 +38,15 @@ from spec.infinilm.scheduler import (
 )
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
 from spec.infinilm.snapshot import (
+    BlockManagerSnapshot,
     SchedulerSnapshot,
     queue_items,
     read_block_manager,
     read_scheduler,
 )
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
-from stateful_tests.lockstep import Chooser, Lockstep
+from stateful_tests.fastpath import ledger_holds
+from stateful_tests.lockstep import Chooser, Lockstep, Verdicts
 
 
 @dataclass(frozen=True)
@@ -291,14 +294,44 @@ def state_invariants(snap: SchedulerSnapshot) -> str | None:
     return inv.first_state_violation(snap.block_manager)
 
 
+def _referenced_count(
+    snap: BlockManagerSnapshot, usable: int, holders: list[tuple[int, ...]]
+) -> str | None:
+    """``referenced_count_matches_live_pages``, its verdict-preserving fast path first."""
+    if ledger_holds(snap, usable, holders):
+        return None
+    return inv.referenced_count_matches_live_pages(snap, usable, holders)
+
+
+# Pools on which the block-manager state invariants held: they read only that part of a snapshot.
+VERDICTS = Verdicts(key=attrgetter("block_manager"))
+
+
+def _placement(snap: SchedulerSnapshot, lost: Collection[str]) -> str | None:
+    """``request_in_exactly_one_place``, remembered for the last (snapshot, lost) pair: the
+    driver checks the spec's and the target's equal snapshots one after the other."""
+    key = (snap, frozenset(lost))
+    if _LAST_PLACEMENT[0] == key:
+        remembered: str | None = _LAST_PLACEMENT[1]
+        return remembered
+    problem = inv.request_in_exactly_one_place(snap, lost)
+    _LAST_PLACEMENT[:] = [key, problem]
+    return problem
+
+
+_LAST_PLACEMENT: list[Any] = [None, None]
+
+
 def harness_checks(
-    h: EngineHarness, *, soundness: bool
+    h: EngineHarness, *, soundness: bool, snap: SchedulerSnapshot | None = None
 ) -> list[tuple[str, Callable[[], str | None]]]:
-    """The invariants that need a harness's own objects, in checking order: (name, check)."""
+    """The invariants that need a harness's own objects, in checking order: (name, check).
+    ``snap``: the harness's snapshot now, when the caller has just read it (read otherwise)."""
     s, size, variant = h.s, h.config.block_size, h.config.reservation
-    snap = read_scheduler(s, h.requests)
+    if snap is None:
+        snap = read_scheduler(s, h.requests)
     checks: list[tuple[str, Callable[[], str | None]]] = [
-        ("request_in_exactly_one_place", lambda: inv.request_in_exactly_one_place(snap, h.lost)),
+        ("request_in_exactly_one_place", lambda: _placement(snap, h.lost)),
         (
             "reservation_counter_matches_scan",
             lambda: (
@@ -317,7 +350,7 @@ def harness_checks(
         ),
         (
             "referenced_count_matches_live_pages",
-            lambda: inv.referenced_count_matches_live_pages(
+            lambda: _referenced_count(
                 snap.block_manager, s.cache_manager.get_total_usable_blocks(), snap.holders(h.lost)
             ),
         ),
@@ -337,9 +370,12 @@ def harness_checks(
     return checks
 
 
-def check_harness(h: EngineHarness, *, soundness: bool) -> tuple[str, str] | None:
-    """``(name, detail)`` of the first broken harness invariant, or ``None``."""
-    for name, check in harness_checks(h, soundness=soundness):
+def check_harness(
+    h: EngineHarness, *, soundness: bool, snap: SchedulerSnapshot | None = None
+) -> tuple[str, str] | None:
+    """``(name, detail)`` of the first broken harness invariant, or ``None`` (``snap`` as in
+    :func:`harness_checks`)."""
+    for name, check in harness_checks(h, soundness=soundness, snap=snap):
         problem = check()
         if problem:
             return name, problem
@@ -370,29 +406,40 @@ class Driver:
             lambda h: h.snapshot(),
             state_invariants={"block_manager": state_invariants},
             validate_first=lambda method, exc: False,
+            verdicts=VERDICTS,
         )
         self.prompts: list[list[int]] = []
         self.next_id = 0
         self.coverage: Counter[str] = Counter()
+        self._live: tuple[Any, list[str]] = (None, [])
 
     @property
     def steps(self) -> list[Any]:
         return self.ls.steps
 
     def live(self) -> list[str]:
-        return [rid for rid, r in self.spec_h.requests.items() if not r.is_finished()]
+        """The spec's unfinished requests, oldest first. Remembered per spec snapshot: statuses
+        change only inside lockstep calls, and each call reads a new snapshot."""
+        if self._live[0] is not self.ls.after:
+            self._live = (
+                self.ls.after,
+                [rid for rid, r in self.spec_h.requests.items() if not r.is_finished()],
+            )
+        return list(self._live[1])
 
     def waiting(self) -> list[str]:
-        return list(_ids(self.spec_h.s.waiting_queue))
+        """The spec's waiting queue, head first (its snapshot's, read after the last call)."""
+        return list(self.ls.after.waiting)
 
     def call(self, method: str, *args: Any) -> Any:
         out = self.ls.call(method, *args)
         self.coverage[f"call:{method}"] += 1
         if out.raised is not None:
             self.coverage[f"raise:{method}:{type(out.raised).__name__}"] += 1
-        problem = check_harness(self.target_h, soundness=self.soundness)
+        # on the snapshots the lockstep call has just read and compared (not read again)
+        problem = check_harness(self.target_h, soundness=self.soundness, snap=self.ls.target_after)
         if problem is None:
-            problem = check_harness(self.spec_h, soundness=self.soundness)
+            problem = check_harness(self.spec_h, soundness=self.soundness, snap=self.ls.after)
         if problem is not None:
             raise self.ls.fail(*problem)
         self._paths(method, out)

@@ -13,6 +13,7 @@ import json
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ def _copy_args(args: Sequence[Any]) -> list[Any]:
     return [list(a) if isinstance(a, list) else a for a in args]
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What one side did for one call."""
 
@@ -71,7 +72,7 @@ class Outcome:
         return json.dumps(encode(self.returned))
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One call of a trace, with both sides' outcomes and the holders the driver knew after it."""
 
@@ -99,13 +100,21 @@ class CallTimeout(BaseException):
 
 
 _WATCHDOG: list[float] = []  # the per-call limit in seconds, while a watchdog is installed
+# When the guarded region now running started (``time.monotonic()``), 0.0 outside one. One periodic
+# timer reads it (instead of arming and disarming a timer around every call: two system calls and
+# a context manager per region were a large share of a fuzzer call).
+_REGION = [0.0]
 
 
 @contextmanager
 def call_timeout(seconds: float | None) -> Iterator[None]:
     """Run target calls under a watchdog: a call (or a read of the target's state) that does not
     return within ``seconds`` becomes a ``hang`` divergence instead of a hung checker. Needs the
-    main thread and ``SIGALRM``; elsewhere (or with ``None``/0) calls run unguarded."""
+    main thread and ``SIGALRM``; elsewhere (or with ``None``/0) calls run unguarded.
+
+    One periodic timer ticks every ``seconds / 4``; a tick raises :class:`CallTimeout` when a
+    guarded region has run for more than ``seconds``, so a hang is reported after between
+    ``seconds`` and ``1.25 * seconds``."""
     usable = (
         seconds
         and hasattr(signal, "setitimer")
@@ -115,30 +124,38 @@ def call_timeout(seconds: float | None) -> Iterator[None]:
     if not usable:
         yield
         return
+    limit = float(seconds)  # type: ignore[arg-type]
 
-    def fire(signum: int, frame: Any) -> None:
-        raise CallTimeout(seconds)
+    def tick(signum: int, frame: Any) -> None:
+        started = _REGION[0]
+        # (the region stays marked: a target that swallows the exception gets it again)
+        if started and time.monotonic() - started > limit:
+            raise CallTimeout(limit)
 
-    old = signal.signal(signal.SIGALRM, fire)
-    _WATCHDOG.append(float(seconds))  # type: ignore[arg-type]
+    old = signal.signal(signal.SIGALRM, tick)
+    _WATCHDOG.append(limit)
+    _REGION[0] = 0.0
+    signal.setitimer(signal.ITIMER_REAL, limit / 4, limit / 4)
     try:
         yield
     finally:
-        _WATCHDOG.clear()
         signal.setitimer(signal.ITIMER_REAL, 0)
+        _WATCHDOG.clear()
+        _REGION[0] = 0.0
         signal.signal(signal.SIGALRM, old)
 
 
 @contextmanager
 def _guarded() -> Iterator[None]:
+    """A guarded region (see :func:`call_timeout`); the hot path inlines the same two stores."""
     if not _WATCHDOG:
         yield
         return
-    signal.setitimer(signal.ITIMER_REAL, _WATCHDOG[0])
+    _REGION[0] = time.monotonic()
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _REGION[0] = 0.0
 
 
 class Divergence(AssertionError):
@@ -169,7 +186,10 @@ def invoke(obj: Any, method: str, args: Sequence[Any]) -> Outcome:
         returned = getattr(obj, method)(*call_args)
         raised = None
     except Exception as exc:  # both sides' exceptions are data to compare
-        returned, raised = None, exc
+        # kept without its traceback: only its kind and message are compared and recorded, and
+        # the traceback's frames (this one, the caller's, ...) would tie every outcome of a run
+        # into one reference cycle that only a garbage collection frees
+        returned, raised = None, exc.with_traceback(None)
     return Outcome(returned, raised, [a for a in call_args if isinstance(a, list)])
 
 
@@ -227,8 +247,31 @@ def atomic_failure_check(
     )
 
 
+class Verdicts:
+    """The state keys on which every state invariant of one checker held: a memo of their
+    verdicts, shared by the drivers of that checker (and variant).
+
+    Sound because state invariants are pure functions of one snapshot: an equal key gets the same
+    verdict, so only the lookup is skipped, never a check. ``key`` picks the part of the snapshot
+    the invariants read (the whole snapshot by default). Only passes are remembered (a failure
+    is re-run so that it reports its own message); at ``limit`` keys the memo starts afresh."""
+
+    def __init__(self, key: Callable[[Any], Any] | None = None, limit: int = 50_000) -> None:
+        self.key = key
+        self.limit = limit
+        self.passed: set[Any] = set()
+
+    def add(self, key: Any) -> None:
+        if len(self.passed) >= self.limit:
+            self.passed.clear()
+        self.passed.add(key)
+
+
 class Lockstep:
-    """Drives ``spec`` and ``target`` with the same calls and compares everything observable."""
+    """Drives ``spec`` and ``target`` with the same calls and compares everything observable.
+
+    ``verdicts``: a memo of the state invariants' passes (:class:`Verdicts`), for checkers whose
+    invariants are pure predicates of hashable snapshots."""
 
     def __init__(
         self,
@@ -239,14 +282,17 @@ class Lockstep:
         state_invariants: Mapping[str, Callable[[Any], str | None]],
         validate_first: Callable[[str, BaseException], bool],
         snapshot_checks: Mapping[str, str] | None = None,
+        verdicts: Verdicts | None = None,
     ) -> None:
         self.spec = spec
         self.target = target
         self.reader = reader
         self.state_invariants = state_invariants
+        self._predicates = tuple(state_invariants.items())
         self.validate_first = validate_first
         # snapshot field -> invariant name to report when that field differs
         self.snapshot_checks = dict(snapshot_checks or {})
+        self.verdicts = verdicts
         self.steps: list[Step] = []
         # the operation now running (set by the checker plumbing), recorded in every step it makes
         self.op: str | None = None
@@ -262,6 +308,7 @@ class Lockstep:
             raise TargetMisfit(
                 f"cannot read the target's state: {type(exc).__name__}: {exc}"
             ) from exc
+        self.target_after = first  # the target's snapshot after the last call
         self._compare_snapshots(first)  # a difference here is a divergence at step 0
 
     def fail(self, check: str, detail: str) -> Divergence:
@@ -271,8 +318,12 @@ class Lockstep:
         """The target's snapshot after ``method``; a target that no longer reads (or hangs when
         read) diverged."""
         try:
-            with _guarded():
+            if _WATCHDOG:
+                _REGION[0] = time.monotonic()
+            try:
                 return self.reader(self.target)
+            finally:
+                _REGION[0] = 0.0
         except CallTimeout:
             raise self.fail(
                 "hang", f"reading the target's state after {method} did not return"
@@ -291,8 +342,12 @@ class Lockstep:
         """Apply ``method(*args)`` to both sides; return the spec's outcome or raise Divergence."""
         spec_out = invoke(self.spec, method, args)
         try:
-            with _guarded():
+            if _WATCHDOG:
+                _REGION[0] = time.monotonic()
+            try:
                 target_out = invoke(self.target, method, args)
+            finally:
+                _REGION[0] = 0.0
         except CallTimeout as exc:
             hung = Outcome(raised=TimeoutError(f"no return within {exc.args[0]} s"))
             self.steps.append(Step(method, list(args), spec_out, hung, op=self.op, bad=self.bad))
@@ -302,18 +357,34 @@ class Lockstep:
         if problem is not None:
             raise self.fail(*problem)
         self.before, self.after = self.after, self.reader(self.spec)
-        target_snap = self._read_target(method)
-        self._compare_snapshots(target_snap)
+        self.target_after = target_snap = self._read_target(method)
+        if target_snap != self.after:
+            self._compare_snapshots(target_snap)
         s_exc = spec_out.raised
         if s_exc is not None and self.validate_first(method, s_exc):
             problem = atomic_failure_check(method, s_exc, self.before, target_snap)
             if problem is not None:
                 raise self.fail(*problem)
-        for name, predicate in self.state_invariants.items():
-            violation = predicate(target_snap)
+        self.check_state(target_snap)
+        return spec_out
+
+    def check_state(self, snap: Any) -> None:
+        """Every state invariant on ``snap`` (skipped only for a key known to pass them all)."""
+        verdicts = self.verdicts
+        if verdicts is None:
+            for name, predicate in self._predicates:
+                violation = predicate(snap)
+                if violation:
+                    raise self.fail(name, violation)
+            return
+        key = snap if verdicts.key is None else verdicts.key(snap)
+        if key in verdicts.passed:
+            return
+        for name, predicate in self._predicates:
+            violation = predicate(snap)
             if violation:
                 raise self.fail(name, violation)
-        return spec_out
+        verdicts.add(key)
 
 
 # ----------------------------------------------------------------------------- draws
@@ -324,15 +395,25 @@ class Chooser(Protocol):
 
 
 class RandomChooser:
-    """Seeded draws for the fuzzer."""
+    """Seeded draws for the fuzzer.
+
+    ``int`` and ``pick`` are ``randint`` and ``randrange`` minus their argument checks: for a
+    non-empty integer range both are ``lo + _randbelow(width)`` in CPython, so the draws (and
+    every seed's programs) are the same; anything else takes the checked path and its error."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
+        below = getattr(rng, "_randbelow", None)
+        self._below: Callable[[int], int] = below if callable(below) else rng.randrange
 
     def int(self, lo: int, hi: int) -> int:
+        if hi >= lo:
+            return lo + self._below(hi - lo + 1)
         return self.rng.randint(lo, hi)
 
     def pick(self, items: Sequence[T]) -> T:
+        if items:
+            return items[self._below(len(items))]
         return items[self.rng.randrange(len(items))]
 
     def chance(self, p: float) -> bool:

@@ -29,8 +29,9 @@ keys, loading missing or pending keys).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import cache
 from typing import Any, NamedTuple
 
 from spec import invariants as inv
@@ -43,7 +44,7 @@ from spec.vllm.offload_manager import (
 )
 from spec.vllm.offload_manager import CPUOffloadingManager as SpecManager
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
-from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step
+from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step, Verdicts
 
 SNAPSHOT_CHECKS = {"free_list": "identical_eviction_order"}
 STATE_INVARIANTS = ("arc_lists_bounded", "offload_ids_partition_pool", "lru_order_consistent")
@@ -144,6 +145,12 @@ def state_invariants(variant: str) -> dict[str, Callable[[OffloadManagerSnapshot
         "offload_ids_partition_pool": inv.offload_ids_partition_pool,
         "lru_order_consistent": lambda s: inv.lru_order_consistent(s, flavour),
     }
+
+
+@cache
+def _checked_state(variant: str) -> tuple[Mapping[str, Callable[[Any], str | None]], Verdicts]:
+    """One variant's state invariants and the memo of their passes, shared by its drivers."""
+    return state_invariants(variant), Verdicts()
 
 
 # ----------------------------------------------------------------------------- analysis helpers
@@ -260,13 +267,15 @@ class Driver:
         self.config = config
         self.spec_h = ManagerHarness(SpecManager, config)
         self.target_h = ManagerHarness(target_cls, config)
+        checked = _checked_state(config.variant)
         self.ls = Lockstep(
             self.spec_h,
             self.target_h,
             _read,
-            state_invariants=state_invariants(config.variant),
+            state_invariants=checked[0],
             validate_first=lambda method, exc: True,  # every raising manager call validates first
             snapshot_checks=SNAPSHOT_CHECKS,
+            verdicts=checked[1],
         )
         self.keys = list(range(config.num_keys))
         self.batches: list[list[int]] = []  # store batches seen (a request's keys, prefix first)

@@ -55,14 +55,16 @@ class BlockManagerSnapshot(NamedTuple):
 def read_block_manager(bm: Any) -> BlockManagerSnapshot:
     """Snapshot any object with the upstream ``BlockManager`` attribute names."""
     blocks = bm.blocks
-    return BlockManagerSnapshot(
-        num_blocks=bm.num_blocks,
-        block_size=bm.block_size,
-        free_block_ids=tuple(bm.free_block_ids),
-        used_block_ids=tuple(bm.used_block_ids),
-        ref_counts=tuple(b.ref_count for b in blocks),
-        hashes=tuple(b.hash for b in blocks),
-        hash_to_block_ids=tuple(sorted((h, tuple(ids)) for h, ids in bm.hash_to_block_ids.items())),
+    index = bm.hash_to_block_ids
+    return BlockManagerSnapshot(  # positional, in field order (checkers read two per call)
+        bm.num_blocks,
+        bm.block_size,
+        tuple(bm.free_block_ids),
+        tuple(bm.used_block_ids),
+        tuple(map(_REF, blocks)),  # ref_counts
+        tuple(map(_HASH, blocks)),  # hashes
+        # hash_to_block_ids: (hash, its pages) pairs sorted by hash (distinct dict keys)
+        tuple(sorted(zip(index, map(tuple, index.values()), strict=True))),
     )
 
 
@@ -154,20 +156,22 @@ def read_scheduler(scheduler: Any, requests: Mapping[str, Any]) -> SchedulerSnap
         pending_free_blocks=tuple(sorted((k, tuple(v)) for k, v in s.pending_free_blocks.items())),
         pending_kv_decode_blocks=s.pending_kv_decode_blocks,
         cache_stats=tuple(sorted(s.get_cache_stats().items())),
-        requests=tuple(
-            (
-                rid,
-                r.status.name,
-                tuple(r.block_table),
-                tuple(r.slot_mapping),
-                r.num_blocks,
-                r.num_computed_tokens,
-                r.num_local_cached_tokens,
-                r.num_cache_indexed_blocks,
-                r.mamba_cache_index,
-                r.get_num_generated_tokens(),
-            )
-            for rid, r in sorted(requests.items())
+        requests=tuple(  # a list inside: cheaper than a generator, with rows for every request
+            [
+                (
+                    rid,
+                    r.status.name,
+                    tuple(r.block_table),
+                    tuple(r.slot_mapping),
+                    r.num_blocks,
+                    r.num_computed_tokens,
+                    r.num_local_cached_tokens,
+                    r.num_cache_indexed_blocks,
+                    r.mamba_cache_index,
+                    r.get_num_generated_tokens(),
+                )
+                for rid, r in sorted(requests.items())
+            ]
         ),
         mamba=(tuple(mamba.free_block_ids), tuple(mamba.used_block_ids)) if mamba else (),
         block_manager=read_block_manager(s.cache_manager),
