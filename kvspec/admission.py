@@ -294,7 +294,14 @@ def predict(manifest: Manifest) -> dict[str, dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------- verify stages
-_REPO = Path(__file__).resolve().parent.parent
+# Package data (pyproject: tool.setuptools.package-data), so a regular install finds it too.
+EXAMPLE_MANIFEST = Path(__file__).resolve().parent / "data" / "admission_manifest.json"
+
+
+def _kept_counterexamples() -> Path:
+    import stateful_tests
+
+    return Path(stateful_tests.__file__).resolve().parent / "counterexamples"
 
 
 def soundness_stage(component: Any, quick: bool) -> tuple[str, str]:
@@ -304,7 +311,7 @@ def soundness_stage(component: Any, quick: bool) -> tuple[str, str]:
     from stateful_tests.lockstep import load_trace
 
     events = 5_000 if quick else 30_000
-    folder = _REPO / "stateful_tests" / "counterexamples"
+    folder = _kept_counterexamples()
     parts = []
     for variant in component.variants:
         r = component.fuzz(
@@ -329,6 +336,6 @@ def soundness_stage(component: Any, quick: bool) -> tuple[str, str]:
 
 def predictor_stage(component: Any, quick: bool) -> tuple[str, str]:
     """``kvspec verify``: the admission predictor on the example manifest."""
-    result = predict(load_manifest(_REPO / "examples" / "admission_manifest.json"))
+    result = predict(load_manifest(EXAMPLE_MANIFEST))
     admitted = ", ".join(f"{v} {d['admitted']}" for v, d in result.items())
     return "pass", f"example manifest, wave-2 admitted: {admitted}"

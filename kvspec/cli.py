@@ -488,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="predict how many requests of each next wave the legacy, exact and tight "
         "reservations admit",
     )
-    p.add_argument("manifest", help="MANIFEST.json (see examples/admission_manifest.json)")
+    p.add_argument("manifest", help="MANIFEST.json (see kvspec/data/admission_manifest.json)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_admission)
 

@@ -25,7 +25,7 @@ from kvspec.admission import ManifestError, load_manifest, parse_manifest, predi
 from kvspec.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "admission_manifest.json"
+EXAMPLE = ROOT / "kvspec" / "data" / "admission_manifest.json"
 VARIANT_KEYS = {
     "wave1_requests",
     "wave1_running",
@@ -102,7 +102,7 @@ def test_tiny_manifest_matches_the_hand_computation() -> None:
 
 
 def test_example_manifest_legacy_admits_fewest() -> None:
-    # examples/admission_manifest.json: B = 16, N = 64. Wave 1 (P, M) and, with g = 1,
+    # kvspec/data/admission_manifest.json: B = 16, N = 64. Wave 1 (P, M) and, with g = 1,
     # pages ceil(P/16) | legacy ceil((M-1)/16) | exact ceil((P+M)/16) - pages | tight with P+M-1:
     #   (17,47) 2 | 3 | 4-2=2 | 4-2=2      (33,31) 3 | 2 | 4-3=1 | 4-3=1
     #   (49,15) 4 | 1 | 4-4=0 | 4-4=0      (20,60) 2 | 4 | 5-2=3 | 5-2=3
