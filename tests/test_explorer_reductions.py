@@ -148,3 +148,27 @@ def test_cli_reports_speed_memory_and_workers(capsys: pytest.CaptureFixture[str]
     plain = json.loads(capsys.readouterr().out)
     assert plain["distinct_states"] == doc["distinct_states"]
     assert plain["executed_calls"] == plain["edges"]
+
+
+def test_scheduler_harness_clone_is_the_generic_clone() -> None:
+    """The unrolled harness clone copies what the generic one does, aliases and set tables kept."""
+    from proofs.explorer.set_clone import clone, deep_key
+
+    model = SchedulerModel(
+        "infinilm-scheduler", ImplScheduler, "impl", SchedulerBounds(connector=True)
+    )
+    for h in model.initial()[:2]:
+        h.add_request("r0", [0, 0, 0], 2, False, 0, False, False)
+        h.add_request("r1", [0], 2, False, 1, True, True)
+        h.step([])
+        h.step([])
+        generic, fast = clone(h), model.clone(h)
+        for name in vars(h):
+            if name not in ("config", "types"):  # frozen: shared by the fast clone
+                assert deep_key(getattr(generic, name)) == deep_key(getattr(fast, name)), name
+        s = fast.s
+        assert s.speculative_cache_ops.block_manager is s.cache_manager
+        assert s.connector is fast.connector and s.cache_manager is not h.s.cache_manager
+        assert all(fast.requests[r.request_id] is r for r in s.running_queue._items)
+        fast.step([])  # the copy moves on alone
+        assert deep_key(h.s) == deep_key(clone(h).s) != deep_key(fast.s)

@@ -16,8 +16,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from proofs.explorer.model_block_manager import _bm_tables, _table
+from proofs.explorer.model_block_manager import _block_manager_cloner, _bm_tables, _table
 from proofs.explorer.search import Edge, Model
+from proofs.explorer.set_clone import _ATOMIC, clone, clone_set
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
 from stateful_tests import infinilm_scheduler as sched
 from stateful_tests.lockstep import Check, Outcome
@@ -93,8 +94,53 @@ class SchedulerBounds:
 _RIDS = tuple(sys.intern(f"r{i}") for i in range(8))  # interned: set tables hold their addresses
 
 
+_HARNESS_ATTRIBUTES = frozenset(
+    {"config", "types", "connector", "s", "requests", "lost", "decode_oom_without_drafts"}
+)
+
+
+def _clone_plain(obj: Any, memo: dict[int, Any]) -> Any:
+    """An object with a ``__dict__`` of atoms, lists of atoms and anything else (cloned)."""
+    copied = memo[id(obj)] = object.__new__(type(obj))
+    state = obj.__dict__.copy()
+    for k, v in state.items():
+        t = type(v)
+        if t in _ATOMIC:
+            continue
+        if t is list and all(type(x) in _ATOMIC for x in v):
+            state[k] = v.copy()
+        else:
+            state[k] = clone(v, memo)
+    copied.__dict__.update(state)
+    return copied
+
+
 class SchedulerModel(Model):
     """Engine events over a spec harness and a target harness (mirrors the scheduler Driver)."""
+
+    def clone(self, obj: Any) -> Any:
+        """The generic exact :func:`clone`, unrolled for a harness: its frozen config and request
+        types shared, requests copied flat, the block manager by its own cloner, the rest (queues,
+        connector, id sets) by :func:`clone` with one memo, so every alias is kept."""
+        h = obj
+        if type(h) is not self.sched.EngineHarness or not h.__dict__.keys() <= _HARNESS_ATTRIBUTES:
+            return clone(h)
+        memo: dict[int, Any] = {}
+        state = h.__dict__.copy()
+        state["requests"] = {rid: _clone_plain(r, memo) for rid, r in h.requests.items()}
+        state["lost"] = clone_set(h.lost)
+        s = h.s
+        bm = s.cache_manager
+        fast = self._bm_fast.get(type(bm))
+        if fast is None:
+            fast = self._bm_fast[type(bm)] = _block_manager_cloner(type(bm))
+        if fast is not False and hasattr(bm, "__dict__"):
+            memo[id(bm)] = fast(bm)
+        state["connector"] = clone(h.connector, memo)
+        state["s"] = clone(s, memo)
+        copied = object.__new__(type(h))
+        copied.__dict__.update(state)
+        return copied
 
     def __init__(
         self,
@@ -122,6 +168,7 @@ class SchedulerModel(Model):
             reservation=bounds.variant,
             vocab=bounds.vocab,
         )
+        self._bm_fast: dict[type, Any] = {}
         self.prompts = [
             list(p)
             for n in range(1, bounds.prompt_tokens + 1)
