@@ -109,10 +109,10 @@ class Expander:
         spec_p, target_p, snap = self.objects[pid]
         memo = self.memo if self.use_memo else None
         self.expanded += 1
-        if not self.expanded & 1023:
+        if not self.expanded & 255:
             # The search runs with the collector off (a full collection would rescan the visited
-            # tables and the memo); the only cycles it makes are raised exceptions and their
-            # frames, all young: collecting the young generation now and then frees them.
+            # tables and the memo); raised exceptions lose their tracebacks (_untrace), so cycles
+            # are rare and young: collecting the young generation now and then frees them.
             gc.collect(0)
         out: list[Successor] = []
         readonly: list[tuple[int, Any]] = []
@@ -197,8 +197,8 @@ class Expander:
         snap = self.objects[pid][2]
         spec, target = work
         for _, edge in edges:
-            s_out = invoke(spec, edge.method, edge.args)
-            t_out = invoke(target, edge.method, edge.args)
+            s_out = _untrace(invoke(spec, edge.method, edge.args))
+            t_out = _untrace(invoke(target, edge.method, edge.args))
             self.executed += 1
             if (
                 compare_outcomes(s_out, t_out) is not None
@@ -274,8 +274,8 @@ class _Run:
 
     def __init__(self, model: Any, edge: Any, spec: Any, target: Any, snap: Any, gen: Any):
         self.spec, self.target, self.gen = spec, target, gen
-        self.s_out = s_out = invoke(spec, edge.method, edge.args)
-        self.t_out = t_out = invoke(target, edge.method, edge.args)
+        self.s_out = s_out = _untrace(invoke(spec, edge.method, edge.args))
+        self.t_out = t_out = _untrace(invoke(target, edge.method, edge.args))
         self.after = None
         problem = compare_outcomes(s_out, t_out)
         if problem is None:
@@ -302,3 +302,11 @@ def _state_invariants(model: Any, target_snap: Any) -> Check | None:
         if problem:
             return name, problem
     return None
+
+
+def _untrace(out: Any) -> Any:
+    """``out`` with its exception's traceback dropped: the frames it holds (and the copies they
+    reference) would otherwise wait for the cycle collector; verdicts read only the exception."""
+    if out.raised is not None:
+        out.raised.__traceback__ = None
+    return out
