@@ -1,6 +1,7 @@
 """``--workers N``: the breadth-first search on N processes, layer by layer.
 
-Every state has an owner, its fingerprint modulo N; each worker keeps the visited fingerprints and
+Every state has an owner, its pair's fingerprint modulo N (so all states of one spec/target pair
+meet in one worker's transition memo); each worker keeps the visited fingerprints and
 the frontier of the states it owns and expands them with its own :class:`~.engine.Expander`. A
 successor owned by another worker is sent to it as its *path* (edge indices from the initial
 state) and rebuilt there by replaying that path on fresh objects — exact by construction (set
@@ -119,7 +120,7 @@ class _Worker:
                 return ("found", (*path, *found[0]), found[1])
             for index, succ, g, objects in successors:
                 fp = hash((fps[succ], g))
-                owner = fp % n
+                owner = fps[succ] % n  # by pair: every state of a pair meets that pair's memo
                 if owner != wid:
                     if fp not in self.sent:
                         self.sent.add(fp)
@@ -169,7 +170,7 @@ def explore_layers(
 
     def work(conn: Any, wid: int, n: int) -> None:
         me = _Worker(Expander(exp.model, well_formed=exp.well_formed, memo=exp.use_memo), wid, n)
-        if fp0 % n == wid:
+        if exp.pair_fps[pid0] % n == wid:
             spec, target, snap, gen = replay(me.exp, ())
             me.accept(fp0, (), me.exp.pair(spec, target, snap), gen, (spec, target, snap))
             me.frontier, me.nxt = me.nxt, []
