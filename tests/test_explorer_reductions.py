@@ -172,3 +172,19 @@ def test_scheduler_harness_clone_is_the_generic_clone() -> None:
         assert all(fast.requests[r.request_id] is r for r in s.running_queue._items)
         fast.step([])  # the copy moves on alone
         assert deep_key(h.s) == deep_key(clone(h).s) != deep_key(fast.s)
+
+
+class WithOwnAttribute(ImplBlockManager):
+    """A target kvspec cannot read whole (an attribute of its own): no memo, no lazy cloning."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(num_blocks, block_size)
+        self.calls = 0
+
+
+def test_a_target_kvspec_cannot_read_whole_is_explored_without_the_memo() -> None:
+    model = BlockManagerModel(BM, WithOwnAttribute, "own", SMALL_BM)
+    result = explore(model)
+    assert result.reductions["memo"] is False and result.passed and result.complete
+    assert summary(result) == summary(explore(model, memo=False))
+    assert result.executed_calls >= result.edges  # every edge was run

@@ -53,7 +53,7 @@ class Expander:
         self.pair_ids: dict[int, int] = {}  # fingerprint of a pair key -> pair id
         self.pair_fps: list[int] = []  # pair id -> fingerprint (portable across forked workers)
         self.objects: dict[int, tuple[Any, Any, Any]] = {}  # pair id -> (spec, target, snapshot)
-        self.memo: dict[int, tuple[int, Any, bool]] = {}  # pair id << 24 | call -> outcome
+        self.memo: dict[int, tuple[int, Any, bool]] = {}  # pair id << 32 | call -> outcome
         self.edge_cache: dict[Hashable, list[Any]] = {}
         self.checked: set[int] = set()  # snapshots whose state invariants hold
         self.edges = self.executed = self.dropped = self.expanded = 0
@@ -107,7 +107,8 @@ class Expander:
     def expand(self, pid: int, gen: Any) -> tuple[list[Successor], Found | None]:
         """Every successor of state (pair ``pid``, ``gen``), or the first failed check."""
         spec_p, target_p, snap = self.objects[pid]
-        memo = self.memo if self.use_memo else None
+        # (read per state: a model may find out mid-search that its key is not whole-state)
+        memo = self.memo if self.use_memo and self.model.memo else None
         self.expanded += 1
         if not self.expanded & 255:
             # The search runs with the collector off (a full collection would rescan the visited
@@ -122,7 +123,7 @@ class Expander:
                 continue  # skipped, not removed: a path indexes the full edge list
             self.edges += 1
             if memo is not None:
-                hit = memo.get(pid << 24 | edge.ident)
+                hit = memo.get(pid << 32 | edge.ident)
                 if hit is not None:
                     succ, returned, raised = hit
                     if succ == SELF:
@@ -163,7 +164,7 @@ class Expander:
             if edge.bad and not raised:
                 self.dropped += 1
                 if memo is not None:
-                    memo[pid << 24 | edge.ident] = (DROP, None, False)
+                    memo[pid << 32 | edge.ident] = (DROP, None, False)
                 work = []
                 continue
             if not reuse and run.after == snap and run.gen == gen:
@@ -171,7 +172,7 @@ class Expander:
             succ = self.pair(run.spec, run.target, run.after)
             if memo is not None:
                 keep = None if raised or edge.then is None else run.s_out.returned
-                memo[pid << 24 | edge.ident] = (
+                memo[pid << 32 | edge.ident] = (
                     SELF if succ == pid and keep is None else succ,
                     keep,
                     raised,
@@ -214,7 +215,7 @@ class Expander:
             return False
         if memo is not None:
             for _, edge in edges:
-                memo[pid << 24 | edge.ident] = (SELF, None, False)
+                memo[pid << 32 | edge.ident] = (SELF, None, False)
         return True
 
     def _exact_readonly(

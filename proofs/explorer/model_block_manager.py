@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import Any, ClassVar
 
 from proofs.explorer.search import Edge, Model, rejected
-from proofs.explorer.set_clone import clone, clone_set, deep_key, set_layout
+from proofs.explorer.set_clone import clone, clone_set, set_layout
 from spec import invariants as inv
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager
@@ -431,12 +431,15 @@ class BlockManagerModel(Model):
         """What a snapshot leaves out of a block manager: the sets' tables (future eviction order
         and pinned copies) and the hidden counter — for kvspec's own classes and their
         method-only subclasses, which never iterate the prefix index (its dict order is not
-        state); any other object: its whole graph."""
+        state). Any other object (an engine's own class): its set tables only, as before the
+        memo — and the memo and lazy cloning are switched off, since the key no longer covers
+        its whole state."""
         fast = self._fast.get(type(obj))
         if fast is None:
             fast = self._fast[type(obj)] = _block_manager_cloner(type(obj))
         if fast is False or not obj.__dict__.keys() <= _BM_ATTRIBUTES:
-            return deep_key(obj)  # type: ignore[no-any-return]
+            self.memo = False
+            return ("tables", _bm_tables(obj))
         return (
             type(obj),
             _bm_tables(obj),

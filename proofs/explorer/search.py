@@ -301,7 +301,6 @@ def explore(
     started = time.perf_counter()
     result = ExploreResult(model.component, model.target, model.bounds())
     result.workers = workers
-    result.reductions = {"memo": memo and model.memo, **model.reductions()}
     exp = Expander(model, well_formed=inputs == "well-formed", memo=memo)
     reader = model.reader
     spec0, target0, gen0 = model.initial()
@@ -314,6 +313,7 @@ def explore(
     exp.checked.add(hash(snap0))
     pid0 = exp.pair(spec0, target0, snap0)
     exp.keep(pid0, (spec0, target0, snap0))
+    result.reductions = {"memo": memo and model.memo, **model.reductions()}  # after a first key
     collecting = gc.isenabled()
     gc.disable()  # the expander collects the young generation itself (Expander.expand)
     try:
