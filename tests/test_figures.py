@@ -72,6 +72,7 @@ DOC: dict[str, Any] = {
         {
             "component": "c",
             "target": "impl",
+            "variant": "a",
             "bounds": {"pages": 3, "variants": ["a", "b"]},
             "complete": False,
             "passed": False,
@@ -100,7 +101,7 @@ def test_fuzz_and_explore_tables_show_throughput_and_incompleteness() -> None:
     fuzz = figures.render_fuzz(DOC)
     assert "| `c` | — | 1,000 | 0.0 | 50,000 | 0 |" in fuzz
     explore = figures.render_explore(DOC)
-    assert "pages=3, variants=a/b" in explore
+    assert "| `c` | a | pages=3, variants=a/b |" in explore
     assert "**no** (time limit), **violation**" in explore
     assert "| 1,234 | 5,678 | 822 | 3,785 | 64 MB | 1.5 s |" in explore
     assert list(figures.failures(DOC)) == ["explore c: violation"]
