@@ -18,10 +18,11 @@ here are shared and noisy); the header line says where and when the figures were
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import re
-import resource
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,12 +40,6 @@ QUICK_EXPLORE_SECONDS = 30.0
 
 def markers(section: str) -> tuple[str, str]:
     return f"<!-- figures:{section}:start -->", f"<!-- figures:{section}:end -->"
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident set so far (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
 # ------------------------------------------------------------------------------------- measuring
@@ -90,46 +85,53 @@ def measure_fuzz(
     return out
 
 
+def _explore_in_child(name: str, variant: str | None, seconds: float) -> dict[str, Any]:
+    """``kvspec explore NAME --json`` in a fresh interpreter: a process's peak memory only grows,
+    so each search's own peak needs its own process. Its JSON document is the result."""
+    argv = [sys.executable, "-c", "from kvspec.cli import main; raise SystemExit(main())"]
+    argv += ["explore", name, "--time-limit", f"{seconds:g}", "--json"]
+    if variant is not None:
+        argv += ["--variant", variant]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode not in (0, 1):  # 2: could not run (said in one line on stderr)
+        raise RuntimeError(f"explore {name}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
 def measure_explore(
     seconds: float, report: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
     """The explorer on each component's default scope (its first variant), ``seconds`` at most
-    each."""
-    from kvspec.exploration import explore_component
-    from kvspec.targets import load_target
-
+    each, each search in its own process."""
     out = []
     for comp in components.all_components():
         if comp.explorer is None:
             continue
         if report is not None:
             report(f"explore {comp.name}")
-        label, cls = load_target(comp.name, None)
-        started = time.perf_counter()
         # one search per component: its first variant (every variant would multiply the time by
         # up to eight without a new scope; `kvspec explore --variant V` runs any other)
         variant = comp.variants[0] if comp.variants else None
-        variants = None if variant is None else [variant]
-        result = explore_component(comp, cls, label, variants=variants, deadline=started + seconds)
-        doc = result.to_json()
+        started = time.perf_counter()
+        doc = _explore_in_child(comp.name, variant, seconds)
         wall = time.perf_counter() - started
         edges = int(doc.get("edges", 0))
         out.append(
             {
                 "component": comp.name,
-                "target": label,
+                "target": doc.get("target", "impl"),
                 "variant": variant,
                 "bounds": doc.get("bounds", {}),
                 "complete": bool(doc.get("complete")),
                 "passed": not doc.get("violations"),
                 "distinct_states": doc.get("distinct_states", 0),
                 "edges": edges,
-                "seconds": round(wall, 2),
+                "seconds": round(float(doc.get("seconds", wall)), 2),
                 "states_per_second": doc.get("states_per_second", 0),
-                "edges_per_second": doc.get(
-                    "edges_per_second", round(edges / wall) if wall > 0 else 0
-                ),
-                "peak_memory_mb": doc.get("peak_memory_mb", _peak_rss_mb()),
+                "edges_per_second": doc.get("edges_per_second", 0),
+                "peak_memory_mb": doc.get("peak_memory_mb", 0.0),
+                "workers": doc.get("workers", 1),
             }
         )
     return out

@@ -163,3 +163,13 @@ def test_one_run_measures_and_rewrites_the_readme(
     text = readme.read_text()
     for name in names:
         assert f"| `{name}` |" in text
+
+
+def test_an_explore_figure_comes_from_its_own_process() -> None:
+    """The explorer runs in a fresh interpreter per component, so its peak memory is its own."""
+    doc = figures._explore_in_child("vllm-lru", "v2", 60.0)
+    assert doc["complete"] and not doc["violations"]
+    assert doc["distinct_states"] > 0 and doc["edges_per_second"] > 0
+    assert 0 < doc["peak_memory_mb"] < 2_000
+    with pytest.raises(RuntimeError, match="no-such-component"):
+        figures._explore_in_child("no-such-component", None, 1.0)
