@@ -173,3 +173,20 @@ def test_an_explore_figure_comes_from_its_own_process() -> None:
     assert 0 < doc["peak_memory_mb"] < 2_000
     with pytest.raises(RuntimeError, match="no-such-component"):
         figures._explore_in_child("no-such-component", None, 1.0)
+
+
+def test_a_child_reports_its_own_peak_memory_not_its_parents() -> None:
+    """Linux's ru_maxrss survives fork and exec; the explorer's figure must not."""
+    import subprocess
+    import sys
+
+    ballast = bytearray(300 << 20)  # this process's peak is now over 300 MB
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touch every page
+    code = "from proofs.explorer.engine import peak_mb; print(peak_mb())"
+    child = float(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    del ballast
+    assert 0 < child < 200

@@ -311,3 +311,22 @@ def _untrace(out: Any) -> Any:
     if out.raised is not None:
         out.raised.__traceback__ = None
     return out
+
+
+def peak_mb() -> float:
+    """This process's own peak resident memory in MB: ``VmHWM`` where Linux reports it (the high
+    water mark of this address space), else ``ru_maxrss``. Not ``ru_maxrss`` on Linux: it carries
+    the parent's peak across fork and exec, so a child started by a big process would report its
+    parent's figure."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    import sys
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return float(own) / (1 << 20 if sys.platform == "darwin" else 1 << 10)

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import resource
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from proofs.explorer.engine import Expander
+from proofs.explorer.engine import Expander, peak_mb
 from stateful_tests.lockstep import Check, invoke
 
 Path = tuple[int, ...]
@@ -146,7 +145,7 @@ class _Worker:
         self.frontier, self.nxt = self.nxt, []
         self.exp.retain({pid for _, pid, _ in self.frontier})
         exp = self.exp
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rss = peak_mb()
         return ("ok", len(self.seen), len(self.frontier), exp.edges, exp.executed, exp.dropped, rss)
 
 
@@ -222,9 +221,7 @@ def explore_layers(
             result.edges = sum(r[3] for r in oks)
             result.executed_calls = sum(r[4] for r in oks)
             result.dropped_edges = sum(r[5] for r in oks)
-            result.peak_memory_mb = (
-                sum(r[6] for r in oks) + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            )
+            result.peak_memory_mb = sum(r[6] for r in oks) + peak_mb()
             result.distinct_states = totals[0]
             if totals[1]:
                 result.max_depth = layer + 1

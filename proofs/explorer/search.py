@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from proofs.explorer.engine import Expander, _state_invariants
+from proofs.explorer.engine import Expander, _state_invariants, peak_mb
 from proofs.explorer.set_clone import clone, cloner_ready
 from stateful_tests.lockstep import (
     Check,
@@ -326,7 +326,7 @@ def explore(
     result.edges = result.edges or exp.edges  # the workers' sums, or this process's counts
     result.executed_calls = result.executed_calls or exp.executed
     result.dropped_edges = result.dropped_edges or exp.dropped
-    result.peak_memory_mb = max(result.peak_memory_mb, _peak_mb())
+    result.peak_memory_mb = max(result.peak_memory_mb, peak_mb())
     if progress is not None:
         progress(result.distinct_states, result.edges, result.max_depth)
     if found is not None:
@@ -355,14 +355,6 @@ def _search(
 
         return explore_layers(exp, result, start, workers, depth, max_states, deadline, progress)
     return _serial(exp, result, start, depth, max_states, deadline, progress)
-
-
-def _peak_mb() -> float:
-    """Peak resident memory of this process and its finished children (``ru_maxrss``, KiB)."""
-    import resource
-
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return float(own) / 1024
 
 
 Layer = tuple[list[tuple[int, int, Any]], int]

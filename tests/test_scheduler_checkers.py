@@ -109,7 +109,7 @@ def test_admission_is_sound_without_a_pd_connector(variant: str) -> None:
     assert result.passed, result.failure
 
 
-COUNTEREXAMPLES = Path(__file__).parent / "counterexamples"
+COUNTEREXAMPLES = Path(__file__).resolve().parents[1] / "stateful_tests" / "counterexamples"
 
 
 @pytest.mark.parametrize("variant", RESERVATIONS)
