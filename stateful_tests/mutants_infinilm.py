@@ -248,12 +248,7 @@ class PendingRemoteNotReleasedOnFailure(Scheduler):
 
 class CandidatePinnedPagesCountedAsUsable(Scheduler):
     """Admission must read the usable count after the candidate's prefix pages are pinned
-    (reference §5.4); counting the pinned pages as still usable over-admits. Planted in
-    ``can_accept_request`` and in the prefill loop, which inlines it."""
-
-    _prefill_phase = method_with(
-        Scheduler._prefill_phase, "usable(),", "usable() + local // size,  # planted"
-    )
+    (reference §5.4); counting the pinned pages as still usable over-admits."""
 
     def can_accept_request(
         self,

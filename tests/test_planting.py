@@ -41,7 +41,6 @@ def test_planted_methods_are_not_the_impl_methods() -> None:
         m.HashIndexNotCleanedOnEviction: "try_free_blocks",
         m.CounterDecrementedOnEviction: "try_free_blocks",
         m.LifoFreeList: "try_free_blocks",
-        m.CandidatePinnedPagesCountedAsUsable: "_prefill_phase",
     }
     for cls, name in planted.items():
         base = cls.__mro__[1]

@@ -173,11 +173,7 @@ class Scheduler(SpecScheduler):
         batch: list[InferenceRequest] = []
         tokens = extra = 0
         running_required: int | None = None  # PR #579: computed lazily, at most once per step
-        get_waiting, allocate, usable = (
-            waiting.get_nowait,
-            bm.allocate_slots,
-            bm.get_total_usable_blocks,
-        )
+        get_waiting, allocate = waiting.get_nowait, bm.allocate_slots
         while len(batch) < max_batch and tokens < budget:
             req = get_waiting()
             if req is None:
@@ -203,27 +199,15 @@ class Scheduler(SpecScheduler):
                     computed = prompt - 1 if prompt > 0 else 0
                 # _exceeds_token_budget, inlined
                 rejected = not is_async and bool(batch) and tokens + prompt - computed > budget
-                if not rejected:  # can_accept_request, inlined
-                    mamba_ok = (
-                        mamba is None or req.mamba_cache_index is not None or mamba.can_allocate()
+                if not rejected:  # the admission check is a call: an engine's hook point
+                    if not incremental and snapshot_due(
+                        running_required,
+                        mamba is None or req.mamba_cache_index is not None or mamba.can_allocate(),
+                    ):
+                        running_required = self._running_required_blocks()
+                    rejected = not self.can_accept_request(
+                        req, local, extra, running_required_blocks=running_required
                     )
-                    if not mamba_ok:
-                        rejected = True
-                    else:
-                        if incremental:
-                            running = self._num_reserved
-                        else:
-                            if snapshot_due(running_required, mamba_ok):
-                                running_required = self._running_required_blocks()
-                            assert running_required is not None  # snapshot_due's contract
-                            running = running_required
-                        rejected = not admits(
-                            running,
-                            (prompt - local + max_tokens + size - 1) // size,
-                            self.pending_kv_decode_blocks,
-                            extra,
-                            usable(),
-                        )
                 allocated = None if rejected else allocate(prompt - computed, computed, cached)
                 if allocated is None:
                     if local > 0:
