@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kvspec import components
+from kvspec.output import replace_marked
 
 SECTIONS = ("bench", "fuzz", "explore")
 FUZZ_OPS = 200_000
@@ -272,21 +272,12 @@ def rendered(doc: Mapping[str, Any]) -> dict[str, str]:
     return {s: RENDER[s](doc) for s in SECTIONS if s in doc}
 
 
-def _literal(text: str) -> Callable[[re.Match[str]], str]:
-    """A replacement that ``re.sub`` inserts verbatim (a table's backslashes are not escapes)."""
-    return lambda _match: text
-
-
 def update_readme(readme: Path, tables: Mapping[str, str]) -> list[str]:
     """Replace each section's marked block in ``readme``; every marker pair must be present
     (``ValueError`` naming the missing one, nothing written). Returns the sections replaced."""
     text = readme.read_text()
     for section, table in tables.items():
-        start, end = markers(section)
-        pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-        if not pattern.search(text):
-            raise ValueError(f"{readme} has no {start} … {end} markers")
-        text = pattern.sub(_literal(f"{start}\n{table}\n{end}"), text)
+        text = replace_marked(text, *markers(section), table, where=readme)
     readme.write_text(text)
     return list(tables)
 

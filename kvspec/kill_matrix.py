@@ -17,7 +17,6 @@ search time (shrinking excluded where the checker allows telling them apart).
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from statistics import median
 from typing import Any
 
 from kvspec import components
+from kvspec.output import replace_marked
 from stateful_tests.checker import Mutant
 
 README_START = "<!-- kill-matrix:start -->"
@@ -287,7 +287,4 @@ def markdown(rows: Sequence[Row], checkers: Sequence[str], budget: float) -> str
 def update_readme(readme: Path, table: str) -> None:
     """Replace the text between the kill-matrix markers (``ValueError`` if they are missing)."""
     text = readme.read_text()
-    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
-    if not pattern.search(text):
-        raise ValueError(f"{readme} has no {README_START} … {README_END} markers")
-    readme.write_text(pattern.sub(f"{README_START}\n{table}\n{README_END}", text))
+    readme.write_text(replace_marked(text, README_START, README_END, table, where=readme))

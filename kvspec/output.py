@@ -9,6 +9,7 @@ status 2 and one line on stderr.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -135,3 +136,16 @@ def print_coverage(coverage: dict[str, int]) -> None:
     for key in sorted(coverage):
         table.add_row(key, f"{coverage[key]:,}")
     OUT.print(table)
+
+
+def replace_marked(
+    text: str, start: str, end: str, block: str, *, where: object = "the text"
+) -> str:
+    """``text`` with everything from ``start`` to ``end`` (both kept) replaced by ``block``,
+    inserted verbatim (a table's backslashes are not escapes). ``ValueError`` naming ``where`` if
+    the markers are missing. What ``--update-readme`` uses (kvspec mutants, kvspec figures)."""
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"{where} has no {start} … {end} markers")
+    replacement = f"{start}\n{block}\n{end}"
+    return pattern.sub(lambda _match: replacement, text)
