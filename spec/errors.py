@@ -45,6 +45,15 @@ class DoubleFreeError(KvspecError, AssertionError):
     """A page is released while its reference count is already 0 (upstream: an ``assert``)."""
 
 
+class UnknownBlockId(KvspecError, AssertionError):
+    """A GPU block id outside the pool (vLLM's ``evict_blocks`` asserts ``block_id < N``)."""
+
+
+class RequestStateError(KvspecError, AssertionError):
+    """A request is not in the state a KV-cache manager call needs (vLLM asserts), e.g. prefix
+    hits handed to a request that already holds blocks."""
+
+
 class OffloadStateError(KvspecError, AssertionError):
     """An offload key is absent, or its block is not in the state the operation needs.
 

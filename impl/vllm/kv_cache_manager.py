@@ -1,0 +1,287 @@
+"""vLLM's ``KVCacheManager`` for one full-attention group — the fast implementation (same API and
+observables as :mod:`spec.vllm.kv_cache_manager`, on the linked-list pool of
+:mod:`impl.vllm.block_pool`).
+
+Optimisations beyond the pool's (each guarded by the lockstep checkers, measured by ``kvspec bench
+prefix-cache``):
+
+* the prefix lookup probes the map's dict directly with the group suffix precomputed, and stops at
+  the first miss (chained hashes: every later block misses too);
+* a running request's step (decode, the next prefill chunk) takes a fast path: no hit bookkeeping,
+  the block count from its own list, no ``KVCacheBlocks`` object when no block is new;
+* ``cache_blocks`` returns before any work when no new block became full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from impl.vllm.block_pool import BlockPool, KVCacheBlock
+from spec.errors import InvalidArgument, RequestStateError
+from spec.vllm.block_pool import BlockHash, FreeOrder, KVCacheEvent
+from spec.vllm.kv_cache_manager import (
+    CommonPrefix,
+    KVCacheBlocks,
+    KVCacheCoordinator,
+    Request,
+    RequestStatus,
+)
+
+_WAITING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+class FullAttentionManager:
+    """Per-request block lists and cached-block counts (``req_to_blocks``, ``num_cached_block``)."""
+
+    def __init__(self, block_pool: BlockPool, block_size: int, use_eagle: bool) -> None:
+        self.block_pool = block_pool
+        self.block_size = block_size
+        self.use_eagle = use_eagle
+        self.kv_cache_group_id = 0
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_block: dict[str, int] = {}
+
+    def find_longest_cache_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int
+    ) -> list[KVCacheBlock]:
+        entries = self.block_pool.cached_block_hash_to_block._cache
+        suffix = self.kv_cache_group_id.to_bytes(4, "big")
+        hits: list[KVCacheBlock] = []
+        for block_hash in block_hashes[: max_length // self.block_size]:
+            entry = entries.get(block_hash + suffix)
+            if entry is None:
+                break  # chained hashes: no later block can hit either
+            # relies on prefix_index_consistent: a duplicate entry is a non-empty {id: block}
+            hits.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))
+        if self.use_eagle and hits:
+            hits.pop()
+        return hits
+
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, hits: Sequence[KVCacheBlock]
+    ) -> int:
+        needed = -(-num_tokens // self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            return max(needed - held, 0)
+        missing = max(needed - (len(hits) + held), 0)
+        return missing + sum(1 for b in hits if b.ref_cnt == 0 and not b.is_null)
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        rid = request.request_id
+        num_full = num_tokens // self.block_size
+        num_cached = self.num_cached_block.get(rid, 0)
+        if num_cached >= num_full:
+            return
+        blocks = self.req_to_blocks.setdefault(rid, [])
+        self.block_pool.cache_full_blocks(
+            request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id
+        )
+        self.num_cached_block[rid] = num_full
+
+
+class KVCacheManager:
+    """The fast manager; see :class:`spec.vllm.kv_cache_manager.KVCacheManager` for the contract."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        *,
+        enable_caching: bool = True,
+        use_eagle: bool = False,
+        enable_kv_cache_events: bool = False,
+        watermark: float = 0.0,
+        free_order: FreeOrder = "unhashed_first",
+        adopt_computed_tokens: bool = True,
+        common_prefix_blocks: CommonPrefix = "deprecated",
+        hit_length_cap: bool = True,
+    ) -> None:
+        if block_size < 1 or max_model_len < 1 or watermark < 0:
+            raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
+        if common_prefix_blocks not in ("count", "deprecated"):
+            raise InvalidArgument(f"unknown variant value {common_prefix_blocks!r}")
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.adopt_computed_tokens = adopt_computed_tokens
+        self.common_prefix_blocks: CommonPrefix = common_prefix_blocks
+        self.hit_length_cap = hit_length_cap
+        self.block_pool = BlockPool(
+            num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
+        )
+        self._single = FullAttentionManager(self.block_pool, block_size, use_eagle)
+        self.coordinator = KVCacheCoordinator(self.block_pool, (self._single,))  # type: ignore[arg-type]
+        self.watermark_blocks = int(watermark * num_blocks)
+        self.empty_kv_cache_blocks = KVCacheBlocks(((),))
+
+    @property
+    def usage(self) -> float:
+        return self.block_pool.get_usage()
+
+    def create_kv_cache_blocks(self, blocks: tuple[Sequence[Any], ...]) -> KVCacheBlocks:
+        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def get_computed_blocks(
+        self, request: Request, max_cache_hit_length: int | None = None
+    ) -> tuple[KVCacheBlocks, int, int]:
+        if max_cache_hit_length is not None:
+            if not self.hit_length_cap:
+                raise TypeError("get_computed_blocks() takes no max_cache_hit_length before 0.33")
+            if max_cache_hit_length < 0:
+                raise InvalidArgument(f"negative max_cache_hit_length {max_cache_hit_length}")
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0, 0
+        limit = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
+        hits = self._single.find_longest_cache_hit(request.block_hashes, limit)
+        if not hits:
+            return self.empty_kv_cache_blocks, 0, 0
+        return KVCacheBlocks((hits,)), len(hits) * self.block_size, 0
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
+    ) -> KVCacheBlocks | None:
+        rid = request.request_id
+        single, pool = self._single, self.block_pool
+        hits = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
+        if (
+            num_new_tokens == 0
+            and num_external_computed_tokens == 0
+            and not (self.adopt_computed_tokens and num_new_computed_tokens > 0)
+        ):
+            raise InvalidArgument(
+                "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
+            )
+        if (
+            min(num_new_tokens, num_new_computed_tokens, num_lookahead_tokens,
+                num_external_computed_tokens, reserved_blocks) < 0  # fmt: skip
+            or request.num_tokens > self.max_model_len
+            or hits
+        ):
+            self._validate(request, hits, num_new_tokens, num_new_computed_tokens,
+                           num_lookahead_tokens, num_external_computed_tokens, reserved_blocks)  # fmt: skip
+        max_len = self.max_model_len
+        num_local = request.num_computed_tokens + num_new_computed_tokens
+        total = min(num_local + num_external_computed_tokens, max_len)
+        watermark = (
+            self.watermark_blocks if has_scheduled_reqs and request.status in _WAITING else 0
+        )
+        free = pool.free_block_queue.num_free_blocks
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, max_len)
+            if single.get_num_blocks_to_allocate(rid, full, hits) + watermark > free:
+                return None
+        need_slots = min(total + num_new_tokens + num_lookahead_tokens, max_len)
+        req_blocks = single.req_to_blocks.get(rid)
+        tracked = rid in single.num_cached_block
+        bs = self.block_size
+        if tracked:  # fast path, a running request: it has no hits (validated above)
+            assert req_blocks is not None
+            missing = -(-need_slots // bs) - len(req_blocks)
+            if max(missing, 0) + watermark > free - reserved_blocks:
+                return None
+        else:
+            needed = single.get_num_blocks_to_allocate(rid, need_slots, hits)
+            if needed + watermark > free - reserved_blocks:
+                return None
+            if hits or num_external_computed_tokens > 0:
+                req_blocks = self._adopt(rid, hits, num_local + num_external_computed_tokens,
+                                         num_external_computed_tokens)  # fmt: skip
+            if req_blocks is None:
+                req_blocks = single.req_to_blocks[rid] = []
+            missing = -(-need_slots // bs) - len(req_blocks)
+        new_blocks: list[KVCacheBlock] = []
+        if missing > 0:
+            new_blocks = pool.get_new_blocks(missing)
+            req_blocks.extend(new_blocks)
+        if self.enable_caching and not delay_cache_blocks:
+            single.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+        return KVCacheBlocks((new_blocks,)) if new_blocks else self.empty_kv_cache_blocks
+
+    def _adopt(
+        self, rid: str, hits: Sequence[KVCacheBlock], num_total: int, num_external: int
+    ) -> list[KVCacheBlock]:
+        """Touch and adopt the hits (and blocks for external tokens) of an untracked request."""
+        single, pool = self._single, self.block_pool
+        req_blocks = single.req_to_blocks.setdefault(rid, [])
+        if req_blocks:
+            raise RequestStateError(f"request {rid} already holds blocks")
+        if self.enable_caching:
+            pool.touch(hits)
+        req_blocks.extend(hits)
+        single.num_cached_block[rid] = len(req_blocks)
+        if num_external > 0:
+            missing = max(0, -(-num_total // self.block_size) - len(req_blocks))
+            req_blocks.extend(pool.get_new_blocks(missing))
+        return req_blocks
+
+    def _validate(self, request: Request, hits: Sequence[KVCacheBlock], *counts: int) -> None:
+        if any(n < 0 for n in counts):
+            raise InvalidArgument(f"negative token or block count among {counts}")
+        if request.num_tokens > self.max_model_len:
+            raise InvalidArgument(
+                f"request {request.request_id} has {request.num_tokens} tokens, more than "
+                f"max_model_len={self.max_model_len}"
+            )
+        if not hits:
+            return
+        rid, single = request.request_id, self._single
+        if rid in single.num_cached_block or single.req_to_blocks.get(rid):
+            raise RequestStateError(f"prefix hits for request {rid}, which already holds blocks")
+        if counts[1] != len(hits) * self.block_size:
+            raise InvalidArgument(
+                f"{counts[1]} computed tokens for {len(hits)} hit blocks of {self.block_size}"
+            )
+        if request.num_computed_tokens:
+            raise InvalidArgument(f"prefix hits for request {rid}, which already has computed tokens")
+
+    def free(self, request: Request) -> None:
+        blocks = self.pop_blocks_for_free(request)
+        if blocks:
+            self.block_pool.free_blocks(blocks[::-1])
+
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        rid = request.request_id
+        self._single.num_cached_block.pop(rid, None)
+        return self._single.req_to_blocks.pop(rid, [])
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        self.block_pool.evict_blocks(block_ids)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.block_pool.reset_prefix_cache()
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        if self.common_prefix_blocks == "deprecated":
+            return [0]
+        table = self._single.req_to_blocks
+        blocks = table.setdefault(running_request_id, [])
+        holders = len(table)
+        count = 0
+        for block in blocks:
+            if block.ref_cnt != holders:
+                break
+            count += 1
+        return [count]
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return self.create_kv_cache_blocks((self._single.req_to_blocks.get(request_id) or [],))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    def take_events(self) -> list[KVCacheEvent]:
+        return self.block_pool.take_events()

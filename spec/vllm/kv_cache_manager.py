@@ -1,0 +1,529 @@
+"""vLLM v1's ``KVCacheManager`` for one full-attention group — the executable spec.
+
+Source of truth: docs/vllm.md §5.3 and docs/vllm-prefix-cache.md §2–§6 (releases 0.28.0 to
+0.33.0). The manager owns a :class:`~spec.vllm.block_pool.BlockPool` and one full-attention
+single-type manager (``coordinator.single_type_managers[0]``: ``req_to_blocks``,
+``num_cached_block``), under upstream's attribute names so that the same snapshot reader reads an
+upstream manager. The scheduler is *not* here: callers set ``request.num_computed_tokens`` and
+``request.status`` themselves and append output tokens (docs/vllm-prefix-cache.md §5).
+
+Variants (constructor keywords, defaults = 0.33.0; docs/vllm-prefix-cache.md §3):
+
+* ``free_order``: ``"unhashed_first"`` (#42656, all six releases) or ``"classic"``;
+* ``adopt_computed_tokens``: ``allocate_slots`` with no new and no external tokens but prefix hits
+  to adopt is accepted (0.31+) instead of raising ``ValueError``;
+* ``common_prefix_blocks``: ``"count"`` (up to 0.31: leading blocks shared by every request
+  holding blocks) or ``"deprecated"`` (0.32+: ``[0]``);
+* ``hit_length_cap``: ``get_computed_blocks(request, max_cache_hit_length)`` (0.33+).
+
+Quirks reproduced (upstream behaviour, named):
+
+* *tracked-without-hash* — a request whose first step cached no full block has no
+  ``num_cached_block`` entry, so its next ``allocate_slots`` takes the new-request path;
+* *common-prefix-creates-entry* (``count``) — asking for the common prefix of an unknown request
+  id adds an empty ``req_to_blocks`` entry (upstream's ``defaultdict``), which then counts as a
+  request holding blocks;
+* *clamp* — slots are never allocated past ``max_model_len`` (``min(…, max_model_len)``).
+
+Where kvspec is stricter than upstream (bad input only, validated before any change;
+docs/vllm-prefix-cache.md §6): negative counts, prefix hits whose token count is not
+``len(blocks) * block_size``, hits for a request with computed tokens, and requests longer than
+``max_model_len`` are ``InvalidArgument``; hits for a request that already holds blocks are
+``RequestStateError`` (an ``AssertionError``, as upstream's own check).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from spec.errors import InvalidArgument, RequestStateError
+from spec.vllm.block_pool import (
+    FREE_ORDERS,
+    BlockHash,
+    BlockPool,
+    FreeOrder,
+    KVCacheBlock,
+    KVCacheEvent,
+)
+
+RELEASES: tuple[str, ...] = ("0.28", "0.29", "0.30", "0.31", "0.32", "0.33")
+VARIANTS: tuple[str, ...] = ("unhashed_first", "classic", *(f"r{r}" for r in RELEASES))
+"""Named variants, the default first: #42656's free order with the newest release's API
+(``unhashed_first`` = ``r0.33``), the pre-#42656 ``classic`` order, and each release."""
+
+CommonPrefix = Literal["count", "deprecated"]
+
+
+def variant_keywords(variant: str) -> dict[str, Any]:
+    """The constructor keywords of ``variant`` (nothing for the default)."""
+    if variant not in VARIANTS:
+        raise InvalidArgument(f"unknown variant {variant!r}; choose one of {VARIANTS}")
+    if variant == "classic":
+        return {"free_order": "classic"}
+    if not variant.startswith("r"):
+        return {}
+    minor = int(variant.split(".")[1])
+    return {
+        "adopt_computed_tokens": minor >= 31,
+        "common_prefix_blocks": "count" if minor <= 31 else "deprecated",
+        "hit_length_cap": minor >= 33,
+    }
+
+
+# ----------------------------------------------------------------------------- requests
+class RequestStatus(enum.IntEnum):
+    """The request states the manager reads (the watermark applies to WAITING and PREEMPTED)."""
+
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+
+
+def hash_block_tokens(parent: BlockHash | None, tokens: Sequence[int]) -> BlockHash:
+    """kvspec's block hash: the readable token text of the whole prefix, ``b"1,2/3,4"`` (chained
+    like upstream's, injective, and the same in every process — no NONE_HASH seed)."""
+    text = ",".join(str(t) for t in tokens).encode()
+    return text if parent is None else parent + b"/" + text
+
+
+class Request:
+    """The request fields the manager reads (upstream names). ``block_hashes`` holds the chained
+    hash of every full block of ``all_token_ids`` and grows as output tokens are appended."""
+
+    def __init__(self, request_id: str, prompt_token_ids: Sequence[int], block_size: int) -> None:
+        if not prompt_token_ids:
+            raise InvalidArgument("a request needs at least one prompt token")
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.all_token_ids = list(prompt_token_ids)
+        self.block_size = block_size
+        self.block_hashes: list[BlockHash] = []
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_preemptions = 0
+        self.skip_reading_prefix_cache = False
+        self.num_in_flight_tokens = 0
+        self.shared_prefix_boundary = 0
+        self.lora_request = None
+        self.mm_features: list[Any] = []
+        self.session_id = None
+        self._hash_new_full_blocks()
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
+        self.all_token_ids.extend([token_ids] if isinstance(token_ids, int) else token_ids)
+        self._hash_new_full_blocks()
+
+    def _hash_new_full_blocks(self) -> None:
+        bs = self.block_size
+        while (len(self.block_hashes) + 1) * bs <= len(self.all_token_ids):
+            i = len(self.block_hashes)
+            parent = self.block_hashes[-1] if self.block_hashes else None
+            tokens = self.all_token_ids[i * bs : (i + 1) * bs]
+            self.block_hashes.append(hash_block_tokens(parent, tokens))
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class KVCacheBlocks:
+    """Blocks per KV-cache group (one group here): ``blocks[0]`` is the list."""
+
+    blocks: tuple[Sequence[KVCacheBlock], ...]
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        return tuple([b.block_id for b in group] for group in self.blocks)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ----------------------------------------------------------------------------- one group
+class FullAttentionManager:
+    """The blocks of each request (``req_to_blocks``) and how many of them are cached
+    (``num_cached_block``, only for requests that cached or adopted blocks)."""
+
+    def __init__(self, block_pool: BlockPool, block_size: int, use_eagle: bool) -> None:
+        self.block_pool = block_pool
+        self.block_size = block_size
+        self.use_eagle = use_eagle
+        self.kv_cache_group_id = 0
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_block: dict[str, int] = {}
+
+    def find_longest_cache_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int
+    ) -> list[KVCacheBlock]:
+        """The cached blocks of the longest cached prefix of at most ``max_length`` tokens
+        (whole blocks; with eagle the last hit is dropped so that it is recomputed)."""
+        hits: list[KVCacheBlock] = []
+        for block_hash in block_hashes[: max_length // self.block_size]:
+            cached = self.block_pool.get_cached_block(block_hash, [self.kv_cache_group_id])
+            if cached is None:
+                break
+            hits.append(cached[0])
+        return hits[:-1] if self.use_eagle and hits else hits
+
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[KVCacheBlock]
+    ) -> int:
+        """Blocks ``get_new_blocks`` and ``touch`` will take from the free queue to give the
+        request ``num_tokens`` slots: missing blocks, plus the free blocks among the hits."""
+        needed = cdiv(num_tokens, self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            return max(needed - held, 0)
+        missing = max(needed - (len(new_computed_blocks) + held), 0)
+        return missing + sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+
+    def add_local_computed_blocks(self, request_id: str, hits: Sequence[KVCacheBlock]) -> None:
+        """Pre: the request holds no block. Post: the hits are its first blocks (one more
+        reference each) and count as cached."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        if req_blocks:
+            raise RequestStateError(f"request {request_id} already holds blocks")
+        if self.block_pool.enable_caching:
+            self.block_pool.touch(hits)
+        req_blocks.extend(hits)
+        self.num_cached_block[request_id] = len(req_blocks)
+
+    def allocate_external_computed_blocks(self, request_id: str, num_total_tokens: int) -> None:
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        needed = max(0, cdiv(num_total_tokens, self.block_size) - len(req_blocks))
+        req_blocks.extend(self.block_pool.get_new_blocks(needed))
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        """Post: the request holds at least ``cdiv(num_tokens, block_size)`` blocks; the new ones."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        missing = cdiv(num_tokens, self.block_size) - len(req_blocks)
+        if missing <= 0:
+            return []
+        new_blocks = self.block_pool.get_new_blocks(missing)
+        req_blocks.extend(new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Post: the request's full blocks among its first ``num_tokens`` tokens are cached, from
+        where the last call stopped (``num_cached_block``)."""
+        rid = request.request_id
+        num_cached = self.num_cached_block.get(rid, 0)
+        num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        blocks = self.req_to_blocks.setdefault(rid, [])
+        self.block_pool.cache_full_blocks(
+            request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id
+        )
+        self.num_cached_block[rid] = num_full
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """The request's blocks in allocation order, forgotten (``[]`` for an unknown id)."""
+        self.num_cached_block.pop(request_id, None)
+        return self.req_to_blocks.pop(request_id, [])
+
+    def get_num_common_prefix_blocks(self, request_id: str) -> int:
+        """Leading blocks of the request referenced by every request holding blocks (quirk
+        *common-prefix-creates-entry*: an unknown id gets an empty entry)."""
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        count = 0
+        for block in blocks:
+            if block.ref_cnt != len(self.req_to_blocks):
+                break
+            count += 1
+        return count
+
+
+@dataclass
+class KVCacheCoordinator:
+    """Upstream's unitary coordinator, reduced to the attributes callers read."""
+
+    block_pool: BlockPool
+    single_type_managers: tuple[FullAttentionManager, ...]
+
+
+# ----------------------------------------------------------------------------- the manager
+class KVCacheManager:
+    """Prefix-cache bookkeeping for one full-attention KV-cache group (block 0 is the null
+    block; ``num_blocks - 1`` blocks are usable)."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        *,
+        enable_caching: bool = True,
+        use_eagle: bool = False,
+        enable_kv_cache_events: bool = False,
+        watermark: float = 0.0,
+        free_order: FreeOrder = "unhashed_first",
+        adopt_computed_tokens: bool = True,
+        common_prefix_blocks: CommonPrefix = "deprecated",
+        hit_length_cap: bool = True,
+    ) -> None:
+        """Pre: positive sizes, ``watermark >= 0``, known variant values (``InvalidArgument``)."""
+        if block_size < 1 or max_model_len < 1 or watermark < 0:
+            raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
+        if free_order not in FREE_ORDERS or common_prefix_blocks not in ("count", "deprecated"):
+            raise InvalidArgument(f"unknown variant value {free_order!r}/{common_prefix_blocks!r}")
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.adopt_computed_tokens = adopt_computed_tokens
+        self.common_prefix_blocks: CommonPrefix = common_prefix_blocks
+        self.hit_length_cap = hit_length_cap
+        self.block_pool = BlockPool(
+            num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
+        )
+        single = FullAttentionManager(self.block_pool, block_size, use_eagle)
+        self.coordinator = KVCacheCoordinator(self.block_pool, (single,))
+        self.watermark_blocks = int(watermark * num_blocks)
+        self.empty_kv_cache_blocks = KVCacheBlocks(((),))
+
+    @property
+    def _single(self) -> FullAttentionManager:
+        return self.coordinator.single_type_managers[0]
+
+    @property
+    def usage(self) -> float:
+        return self.block_pool.get_usage()
+
+    def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
+        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def get_computed_blocks(
+        self, request: Request, max_cache_hit_length: int | None = None
+    ) -> tuple[KVCacheBlocks, int, int]:
+        """The cached blocks of the request's longest cached prefix, their token count, and 0 (no
+        shared-prefix boundary with one group). The last token is always left to compute
+        (``max_cache_hit_length`` defaults to ``num_tokens - 1``). No reference changes."""
+        if max_cache_hit_length is not None:
+            if not self.hit_length_cap:
+                raise TypeError("get_computed_blocks() takes no max_cache_hit_length before 0.33")
+            if max_cache_hit_length < 0:
+                raise InvalidArgument(f"negative max_cache_hit_length {max_cache_hit_length}")
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0, 0
+        limit = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
+        hits = self._single.find_longest_cache_hit(request.block_hashes, limit)
+        return self.create_kv_cache_blocks((hits,)), len(hits) * self.block_size, 0
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
+    ) -> KVCacheBlocks | None:
+        """Give the request slots for ``num_new_tokens`` (+ lookahead) after its computed tokens
+        and the prefix hits ``new_computed_blocks`` (``num_new_computed_tokens`` tokens).
+
+        Pre: something to do (``ValueError``), the stricter checks of the module docstring.
+        Post: ``None`` and **no change** when the blocks needed (missing ones plus free hits,
+        plus the watermark for a waiting request) exceed the free blocks minus
+        ``reserved_blocks`` — checked before any hit is touched (#11565); else the hits are
+        touched and adopted, blocks for external tokens and then the new blocks are taken from
+        the queue head, the full blocks up to the computed tokens are cached (unless delayed),
+        and the new blocks are returned."""
+        rid = request.request_id
+        hits = list(new_computed_blocks.blocks[0]) if new_computed_blocks is not None else []
+        adopting = self.adopt_computed_tokens and num_new_computed_tokens > 0
+        if num_new_tokens == 0 and num_external_computed_tokens == 0 and not adopting:
+            raise InvalidArgument(
+                "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
+            )
+        self._validate(request, hits, num_new_tokens, num_new_computed_tokens,
+                       num_lookahead_tokens, num_external_computed_tokens, reserved_blocks)  # fmt: skip
+        single, pool = self._single, self.block_pool
+        num_local = request.num_computed_tokens + num_new_computed_tokens
+        total = min(num_local + num_external_computed_tokens, self.max_model_len)
+        waiting = request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+        watermark = self.watermark_blocks if has_scheduled_reqs and waiting else 0
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, self.max_model_len)
+            if single.get_num_blocks_to_allocate(rid, full, hits) + watermark > (
+                pool.get_num_free_blocks()
+            ):
+                return None
+        num_main = total + num_new_tokens
+        need_slots = min(num_main + num_lookahead_tokens, self.max_model_len)
+        needed = single.get_num_blocks_to_allocate(rid, need_slots, hits)
+        if needed + watermark > pool.get_num_free_blocks() - reserved_blocks:
+            return None
+        if (hits or num_external_computed_tokens > 0) and rid not in single.num_cached_block:
+            single.add_local_computed_blocks(rid, hits)
+            if num_external_computed_tokens > 0:
+                single.allocate_external_computed_blocks(
+                    rid, num_local + num_external_computed_tokens
+                )
+        new_blocks = single.allocate_new_blocks(rid, need_slots)
+        if self.enable_caching and not delay_cache_blocks:
+            single.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+        return self.create_kv_cache_blocks((new_blocks,))
+
+    def _validate(
+        self,
+        request: Request,
+        hits: Sequence[KVCacheBlock],
+        *counts: int,
+    ) -> None:
+        """kvspec's stricter checks of ``allocate_slots`` (bad input only)."""
+        if any(n < 0 for n in counts):
+            raise InvalidArgument(f"negative token or block count among {counts}")
+        if request.num_tokens > self.max_model_len:
+            raise InvalidArgument(
+                f"request {request.request_id} has {request.num_tokens} tokens, more than "
+                f"max_model_len={self.max_model_len}"
+            )
+        if not hits:
+            return
+        rid, single = request.request_id, self._single
+        if rid in single.num_cached_block or single.req_to_blocks.get(rid):
+            raise RequestStateError(f"prefix hits for request {rid}, which already holds blocks")
+        if counts[1] != len(hits) * self.block_size:
+            raise InvalidArgument(
+                f"{counts[1]} computed tokens for {len(hits)} hit blocks of {self.block_size}"
+            )
+        if request.num_computed_tokens:
+            raise InvalidArgument(
+                f"prefix hits for request {rid}, which already has computed tokens"
+            )
+
+    def free(self, request: Request) -> None:
+        """Post: the request's blocks are released tail first (its last block is evicted first);
+        a request holding nothing (unknown, or freed before) changes nothing."""
+        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request)))
+
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """The request's blocks, forgotten by the manager but still referenced: the caller frees
+        them later (``block_pool.free_blocks``, reversed)."""
+        return self._single.pop_blocks_for_free(request.request_id)
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        self.block_pool.evict_blocks(block_ids)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.block_pool.reset_prefix_cache()
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        if self.common_prefix_blocks == "deprecated":
+            return [0]
+        return [self._single.get_num_common_prefix_blocks(running_request_id)]
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return self.create_kv_cache_blocks((self._single.req_to_blocks.get(request_id) or [],))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    def take_events(self) -> list[KVCacheEvent]:
+        return self.block_pool.take_events()
+
+
+# ----------------------------------------------------------------------------- the snapshot
+EventRow = tuple[Any, ...]
+
+
+class PrefixCacheSnapshot(NamedTuple):
+    """Every observable of a prefix-cache manager, hashable and comparable.
+
+    Blocks by id: ``ref_cnts`` (the null block's shown as 0: upstream does not maintain it),
+    ``block_hashes`` (readable labels, ``None`` = not cached), ``null_blocks``; the free queue
+    head to tail and its counter; the map as ``(label, block ids in insertion order)`` sorted by
+    label; ``req_to_blocks`` and ``num_cached_block`` sorted by request id; pending events
+    (``None`` when off) and ``usage``."""
+
+    ref_cnts: tuple[int, ...]
+    block_hashes: tuple[str | None, ...]
+    null_blocks: tuple[int, ...]
+    free_queue: tuple[int, ...]
+    num_free_blocks: int
+    cached: tuple[tuple[str, tuple[int, ...]], ...]
+    req_to_blocks: tuple[tuple[str, tuple[int, ...]], ...]
+    num_cached_block: tuple[tuple[str, int], ...]
+    events: tuple[EventRow, ...] | None
+    usage: float
+
+    def differing_fields(self, other: PrefixCacheSnapshot) -> list[str]:
+        return [name for name, a, b in zip(self._fields, self, other, strict=True) if a != b]
+
+
+def text_label(block_hash: bytes) -> str:
+    """kvspec's hashes are their token text; anything else shows as hex."""
+    try:
+        return block_hash.decode("ascii")
+    except UnicodeDecodeError:
+        return block_hash.hex()
+
+
+def read_prefix_cache(manager: Any) -> PrefixCacheSnapshot:
+    """Snapshot any object with upstream's ``KVCacheManager`` attribute names. Hashes are shown
+    through ``manager.kvspec_hash_label`` when the target has one (``--target vllm`` translates
+    upstream's digests back to kvspec's hashes), else as :func:`text_label`."""
+    label = getattr(manager, "kvspec_hash_label", text_label)
+    pool = manager.block_pool
+    single = manager.coordinator.single_type_managers[0]
+
+    def key_label(key: bytes | None) -> str | None:
+        if key is None:
+            return None
+        group = int.from_bytes(key[-4:], "big")
+        return str(label(key[:-4])) + (f"@{group}" if group else "")
+
+    cached = []
+    for key, entry in pool.cached_block_hash_to_block._cache.items():
+        ids = tuple(entry) if isinstance(entry, dict) else (entry.block_id,)
+        cached.append((str(key_label(key)), ids))
+    blocks = pool.blocks
+    queue = pool.free_block_queue
+    return PrefixCacheSnapshot(
+        ref_cnts=tuple(0 if b.is_null else b.ref_cnt for b in blocks),
+        block_hashes=tuple(key_label(b.block_hash) for b in blocks),
+        null_blocks=tuple(b.block_id for b in blocks if b.is_null),
+        free_queue=tuple(b.block_id for b in queue.get_all_free_blocks()),
+        num_free_blocks=queue.num_free_blocks,
+        cached=tuple(sorted(cached)),
+        req_to_blocks=tuple(
+            sorted((rid, tuple(b.block_id for b in bl)) for rid, bl in single.req_to_blocks.items())
+        ),
+        num_cached_block=tuple(sorted(single.num_cached_block.items())),
+        events=tuple(_event_row(e, label) for e in pool.kv_event_queue)
+        if pool.enable_kv_cache_events
+        else None,
+        usage=float(manager.usage),
+    )
+
+
+def _event_row(event: Any, label: Any) -> EventRow:
+    kind = type(event).__name__
+    if kind == "BlockStored":
+        parent = event.parent_block_hash
+        return (
+            "stored",
+            tuple(label(h) for h in event.block_hashes),
+            None if parent is None else label(parent),
+            tuple(event.token_ids),
+            event.block_size,
+        )
+    if kind == "BlockRemoved":
+        return ("removed", tuple(label(h) for h in event.block_hashes))
+    return (kind,)
