@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spec.infinilm.scheduler import RESERVATIONS
+from spec.vllm.kv_cache_manager import VARIANTS as PREFIX_CACHE_VARIANTS
 from spec.vllm.offload_manager import VARIANTS as OFFLOAD_VARIANTS
 
 if TYPE_CHECKING:  # the checkers import hypothesis: only when a command runs one
@@ -342,6 +343,17 @@ _VLLM_OFFLOAD_API = (
     "reset_cache",
     "take_events",
 )
+_VLLM_PREFIX_CACHE_API = (
+    "get_computed_blocks",
+    "allocate_slots",
+    "free",
+    "pop_blocks_for_free",
+    "evict_blocks",
+    "reset_prefix_cache",
+    "get_num_common_prefix_blocks",
+    "take_events",
+    "create_kv_cache_blocks",
+)
 _VLLM_ADAPTER = "kvspec.vllm_adapter:VllmCPUOffloadingManager"
 _OFFLOAD_EXPLORER = ("proofs.explorer:OffloadModel", "proofs.explorer:OffloadBounds")
 
@@ -427,6 +439,18 @@ _BUILTIN: tuple[Component, ...] = (
         mutants="stateful_tests.mutants_vllm:LRU_MUTANTS",
         explorer=ExplorerPlan(*_OFFLOAD_EXPLORER, {"capacity": 2, "keys": 3}),
         bench_suites=("lru",),
+        verify=VerifyPlan(check_examples=60, fuzz_ops=(5_000, 30_000)),
+    ),
+    Component(
+        name="vllm-prefix-cache",
+        summary="vLLM v1's GPU prefix cache, BlockPool + KVCacheManager with one full-attention "
+        "group (docs/vllm.md §5, docs/vllm-prefix-cache.md)",
+        spec="spec.vllm.kv_cache_manager:KVCacheManager",
+        impl="impl.vllm.kv_cache_manager:KVCacheManager",
+        required_api=_VLLM_PREFIX_CACHE_API,
+        checker="stateful_tests.vllm_prefix_cache:CHECKER",
+        variants=PREFIX_CACHE_VARIANTS,
+        variant_keyword="free_order",
         verify=VerifyPlan(check_examples=60, fuzz_ops=(5_000, 30_000)),
     ),
 )

@@ -12,7 +12,7 @@ docs/infinilm.md §5, §8 (block manager, scheduler), docs/vllm.md §1, §2,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Protocol, Self, TypeVar
 
 from spec.infinilm.request import TERMINAL, InferenceRequest
@@ -20,6 +20,7 @@ from spec.infinilm.scheduler import remote_reservation, running_reservation
 from spec.infinilm.snapshot import BlockManagerSnapshot, SchedulerSnapshot
 from spec.vllm import Key
 from spec.vllm.arc import ARCSnapshot
+from spec.vllm.kv_cache_manager import PrefixCacheSnapshot
 from spec.vllm.lru import LRUSnapshot
 from spec.vllm.offload_manager import OffloadManagerSnapshot
 
@@ -302,6 +303,135 @@ def offload_no_live_eviction(
     return None
 
 
+# ----------------------------------------------------------------------------- vLLM GPU prefix cache
+# docs/vllm.md §5.4 (invariants 1-12) over a PrefixCacheSnapshot (docs/vllm-prefix-cache.md §7).
+def gpu_free_queue_partition(s: PrefixCacheSnapshot) -> Violation:
+    """``free_and_used_partition_pool`` (§5.4 2, 4): the free queue holds every non-null block with
+    ``ref_cnt == 0`` exactly once and nothing else (no block both free and held, the null block
+    never free); no reference count is negative."""
+    queue = s.free_queue
+    if len(set(queue)) != len(queue):
+        return f"blocks {sorted(b for b, n in Counter(queue).items() if n > 1)} are queued twice"
+    nulls = set(s.null_blocks)
+    idle = {b for b, r in enumerate(s.ref_cnts) if r == 0 and b not in nulls}
+    if set(queue) != idle:
+        return (
+            f"free queue {list(queue)} != idle blocks {sorted(idle)} (queued but held: "
+            f"{sorted(set(queue) - idle)}, idle but not queued: {sorted(idle - set(queue))})"
+        )
+    negative = [b for b, r in enumerate(s.ref_cnts) if r < 0]
+    return f"blocks {negative} have negative ref counts" if negative else None
+
+
+def gpu_free_counter_matches_queue(s: PrefixCacheSnapshot) -> Violation:
+    """§5.4 3, 12: ``num_free_blocks`` is the queue's length and ``usage == 1 - free / (N - 1)``."""
+    if s.num_free_blocks != len(s.free_queue):
+        return f"num_free_blocks {s.num_free_blocks} != {len(s.free_queue)} blocks in the queue"
+    usable = len(s.ref_cnts) - 1
+    usage = 0.0 if not usable else 1.0 - s.num_free_blocks / usable
+    if s.usage != usage:
+        return f"usage {s.usage} != 1 - {s.num_free_blocks}/{usable}"
+    return None
+
+
+def gpu_prefix_index_consistent(s: PrefixCacheSnapshot) -> Violation:
+    """``prefix_index_consistent`` (§5.4 5): each block listed under a key has that hash, each
+    hashed block is listed under its hash, no entry is empty or lists a block twice."""
+    listed = [(label, b) for label, ids in s.cached for b in ids]
+    empty = [label for label, ids in s.cached if not ids]
+    if empty or len(set(listed)) != len(listed):
+        return f"empty or repeated map entries: {empty or listed}"
+    hashed = {(h, b) for b, h in enumerate(s.block_hashes) if h is not None}
+    if set(listed) != hashed:
+        return (
+            f"map and block hashes disagree: listed-not-hashed {sorted(set(listed) - hashed)}, "
+            f"hashed-not-listed {sorted(hashed - set(listed))}"
+        )
+    return None
+
+
+def gpu_null_block_reserved(s: PrefixCacheSnapshot) -> Violation:
+    """``null_block_reserved`` (§5.4 4): block 0 is the only null block; it is never free, never
+    cached and in no request's block list."""
+    if s.null_blocks != (0,):
+        return f"null blocks {list(s.null_blocks)} (want block 0 alone)"
+    held = [rid for rid, ids in s.req_to_blocks if 0 in ids]
+    if 0 in s.free_queue or s.block_hashes[0] is not None or held:
+        return f"the null block is free, cached or held (by {held})"
+    return None
+
+
+def gpu_cached_blocks_are_a_prefix(s: PrefixCacheSnapshot) -> Violation:
+    """``cached_blocks_are_a_prefix`` (§5.4 8): a request's blocks past its cached count (all of
+    them without a count) carry no hash — only full, cached blocks are hashed."""
+    cached = dict(s.num_cached_block)
+    bad = [
+        (rid, b)
+        for rid, ids in s.req_to_blocks
+        for b in ids[cached.get(rid, 0) :]
+        if s.block_hashes[b] is not None
+    ]
+    return f"hashed blocks past a request's cached count (request, block): {bad}" if bad else None
+
+
+def gpu_block_hashes_match_content(
+    s: PrefixCacheSnapshot, prefixes: Mapping[str, Sequence[str]]
+) -> Violation:
+    """``block_hashes_match_content`` (§5.4 9): a request's cached block at position i is either
+    uncached now (evicted) or cached under the request's own hash of its first i+1 blocks
+    (``prefixes``: request id -> the labels of its block hashes). Catches stale or misplaced
+    hashes, which would serve another prompt's KV to a prefix hit."""
+    cached = dict(s.num_cached_block)
+    bad = []
+    for rid, ids in s.req_to_blocks:
+        want = prefixes.get(rid)
+        if want is None:
+            continue
+        for i, b in enumerate(ids[: cached.get(rid, 0)]):
+            h = s.block_hashes[b]
+            if h is not None and (i >= len(want) or h != want[i]):
+                bad.append((rid, i, b, h))
+    return f"blocks cached under another prefix (request, position, block, hash): {bad}" if bad else None
+
+
+def gpu_ref_counts_match_holders(
+    s: PrefixCacheSnapshot, deferred: Iterable[Iterable[int]] = ()
+) -> Violation:
+    """``referenced_count_matches_live_pages`` (§5.4 1): every non-null block's ``ref_cnt`` is the
+    number of times it occurs in the requests' block lists and in the ``deferred`` lists (blocks
+    popped for a later free)."""
+    expected: Counter[int] = Counter(b for _, ids in s.req_to_blocks for b in ids)
+    for table in deferred:
+        expected.update(table)
+    nulls = set(s.null_blocks)
+    wrong = {
+        b: (r, expected.get(b, 0))
+        for b, r in enumerate(s.ref_cnts)
+        if b not in nulls and r != expected.get(b, 0)
+    }
+    return f"ref_cnt != holders (block: (ref, holders)): {wrong}" if wrong else None
+
+
+def gpu_no_leak_at_quiescence(s: PrefixCacheSnapshot) -> Violation:
+    """``no_leak_at_quiescence``: with no block list held, every block but the null block is free."""
+    leaked = [b for b, r in enumerate(s.ref_cnts) if r]
+    if leaked or s.num_free_blocks != len(s.ref_cnts) - len(s.null_blocks):
+        return f"blocks {leaked} still referenced, {s.num_free_blocks} free at quiescence"
+    return None
+
+
+def gpu_no_live_eviction(
+    before: PrefixCacheSnapshot, after: PrefixCacheSnapshot, new_blocks: Iterable[int]
+) -> Violation:
+    """``no_live_eviction`` (§5.4 6) over one allocating call: every block handed out new was free
+    before the call and is held exactly once after it (no live block is handed out again)."""
+    free = set(before.free_queue)
+    bad = [b for b in new_blocks if b not in free or after.ref_cnts[b] != 1]
+    if bad:
+        return f"new blocks {bad} were held before the call, or are shared after it"
+    return None
+
+
 # ----------------------------------------------------------------------------- every name
 # Every invariant name used anywhere (checkers' failures, SNAPSHOT_CHECKS, the mutant catalogue's
 # expected checks, proofs and explorer). Lockstep's outcome comparisons (``exception``,
@@ -328,4 +458,9 @@ INVARIANT_NAMES: tuple[str, ...] = (
     "lru_order_consistent",  # the LRU order lists each evictable key once
     "offload_ids_partition_pool",  # free ids and cached ids partition the ids handed out
     "evictable_counter_matches_scan",  # #45757: the evictable counter equals the idle scan
+    # vLLM GPU prefix cache (besides the shared names above)
+    "free_counter_matches_queue",  # num_free_blocks is the queue's length; usage follows it
+    "null_block_reserved",  # block 0 is never free, cached or held
+    "cached_blocks_are_a_prefix",  # a request's blocks past its cached count carry no hash
+    "block_hashes_match_content",  # a request's cached blocks carry its own prefix hashes
 )

@@ -170,6 +170,8 @@ class KVCacheManager:
                 num_external_computed_tokens, reserved_blocks) < 0  # fmt: skip
             or request.num_tokens > self.max_model_len
             or hits
+            or num_external_computed_tokens
+            or request.num_computed_tokens + num_new_computed_tokens > request.num_tokens
         ):
             self._validate(request, hits, num_new_tokens, num_new_computed_tokens,
                            num_lookahead_tokens, num_external_computed_tokens, reserved_blocks)  # fmt: skip
@@ -235,6 +237,11 @@ class KVCacheManager:
             raise InvalidArgument(
                 f"request {request.request_id} has {request.num_tokens} tokens, more than "
                 f"max_model_len={self.max_model_len}"
+            )
+        if request.num_computed_tokens + counts[1] + counts[3] > request.num_tokens:
+            raise InvalidArgument(
+                f"computed ({request.num_computed_tokens}), hit ({counts[1]}) and external "
+                f"({counts[3]}) tokens exceed the {request.num_tokens} tokens of the request"
             )
         if not hits:
             return

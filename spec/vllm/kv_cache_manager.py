@@ -394,6 +394,11 @@ class KVCacheManager:
                 f"request {request.request_id} has {request.num_tokens} tokens, more than "
                 f"max_model_len={self.max_model_len}"
             )
+        if request.num_computed_tokens + counts[1] + counts[3] > request.num_tokens:
+            raise InvalidArgument(
+                f"computed ({request.num_computed_tokens}), hit ({counts[1]}) and external "
+                f"({counts[3]}) tokens exceed the {request.num_tokens} tokens of the request"
+            )
         if not hits:
             return
         rid, single = request.request_id, self._single
