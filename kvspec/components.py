@@ -451,6 +451,7 @@ _BUILTIN: tuple[Component, ...] = (
         checker="stateful_tests.vllm_prefix_cache:CHECKER",
         variants=PREFIX_CACHE_VARIANTS,
         variant_keyword="free_order",
+        mutants="stateful_tests.mutants_vllm_prefix:PREFIX_CACHE_MUTANTS",
         verify=VerifyPlan(check_examples=60, fuzz_ops=(5_000, 30_000)),
     ),
 )

@@ -180,11 +180,13 @@ class Driver:
         """Name a divergence after the first invariant the target breaks on its own state."""
         if exc.check not in ("snapshot", "return_value", "exception", *SNAPSHOT_CHECKS.values()):
             return exc
+        step = exc.steps[-1] if exc.steps else None
+        if exc.check == "exception" and (step is None or step.spec.raised is None):
+            return exc  # the target crashed: that is the finding, not the state it left
         try:
             snap = read(self.target_h)
         except Exception:  # a target that no longer reads
             return exc
-        step = exc.steps[-1] if exc.steps else None
         checks: list[tuple[str, str | None]] = []
         if step is not None and step.spec.raised is not None:
             checks.append(("atomic_failure", inv.atomic_failure(before, snap)))
@@ -365,11 +367,15 @@ class Driver:
 
     def free_deferred(self, c: Chooser) -> None:
         """The connector is done reading: free one deferred list (reversed), or two in one call."""
-        chosen = [c.pick(self.deferred)]
-        if len(self.deferred) > 1 and c.chance(0.4):
-            other = c.pick(self.deferred)
-            if other is not chosen[0]:
-                chosen.append(other)
+        pairs = [(a, b) for i, a in enumerate(self.deferred) for b in self.deferred[i + 1 :]]
+        sharing = [p for p in pairs if set(p[0]) & set(p[1])]
+        chosen: list[list[int]]
+        if sharing and c.chance(0.6):  # a block shared by both is freed twice in one call
+            chosen = list(c.pick(sharing))
+        elif pairs and c.chance(0.3):
+            chosen = list(c.pick(pairs))
+        else:
+            chosen = [c.pick(self.deferred)]
         ids = [b for table in chosen for b in reversed(table)]
         self.call("free_blocks", ids)
 
@@ -391,7 +397,10 @@ class Driver:
 
     def bad_double_free(self, c: Chooser) -> None:
         """A deferred list freed a second time (some block is free now): rejected."""
-        table = [b for b in c.pick(self.freed) if self.ls.after.ref_cnts[b] == 0]
+        refs = self.ls.after.ref_cnts
+        table = c.pick([t for t in self.freed if any(refs[b] == 0 for b in t)])
+        if c.chance(0.5):  # only the blocks that are free now
+            table = [b for b in table if refs[b] == 0]
         self.call("free_blocks", list(reversed(table)))
 
     def bad_zero_tokens(self, c: Chooser) -> None:
@@ -497,8 +506,15 @@ CHECKER = CheckerDef(
     spec_cls=KVCacheManager,
     invariants=(*STATE_INVARIANTS, *LEDGER_INVARIANTS),
     episode_ops=200,
+    # a shared block freed twice in one batched deferred free (#42571), duplicate cache entries,
+    # prefix hits on free blocks
     examples=(
-        Example(1, steps=150, config={"num_blocks": 5, "block_size": 2, "max_model_len": 8}),
-        Example(7, steps=150, config={"num_blocks": 4, "block_size": 1, "vocab": 2}),
+        Example(
+            1,
+            steps=200,
+            config={"num_blocks": 6, "block_size": 2, "max_model_len": 8, "vocab": 2,
+                    "max_requests": 4},  # fmt: skip
+            variants=("unhashed_first",),
+        ),
     ),
 )

@@ -15,7 +15,7 @@ prefix-cache``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from impl.vllm.block_pool import BlockPool, KVCacheBlock
 from spec.errors import InvalidArgument, RequestStateError
@@ -84,6 +84,9 @@ class FullAttentionManager:
 class KVCacheManager:
     """The fast manager; see :class:`spec.vllm.kv_cache_manager.KVCacheManager` for the contract."""
 
+    pool_cls: ClassVar[type[BlockPool]] = BlockPool
+    single_cls: ClassVar[type[FullAttentionManager]] = FullAttentionManager
+
     def __init__(
         self,
         num_blocks: int,
@@ -109,10 +112,10 @@ class KVCacheManager:
         self.adopt_computed_tokens = adopt_computed_tokens
         self.common_prefix_blocks: CommonPrefix = common_prefix_blocks
         self.hit_length_cap = hit_length_cap
-        self.block_pool = BlockPool(
+        self.block_pool = self.pool_cls(
             num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
         )
-        self._single = FullAttentionManager(self.block_pool, block_size, use_eagle)
+        self._single = self.single_cls(self.block_pool, block_size, use_eagle)
         self.coordinator = KVCacheCoordinator(self.block_pool, (self._single,))  # type: ignore[arg-type]
         self.watermark_blocks = int(watermark * num_blocks)
         self.empty_kv_cache_blocks = KVCacheBlocks(((),))
