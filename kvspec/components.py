@@ -452,6 +452,11 @@ _BUILTIN: tuple[Component, ...] = (
         variants=PREFIX_CACHE_VARIANTS,
         variant_keyword="free_order",
         mutants="stateful_tests.mutants_vllm_prefix:PREFIX_CACHE_MUTANTS",
+        explorer=ExplorerPlan(
+            "proofs.explorer:PrefixCacheModel",
+            "proofs.explorer:PrefixCacheBounds",
+            {"max_model_len": 2},
+        ),
         verify=VerifyPlan(check_examples=60, fuzz_ops=(5_000, 30_000)),
     ),
 )

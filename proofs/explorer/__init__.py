@@ -15,7 +15,8 @@ The modules:
 * :mod:`~proofs.explorer.set_clone` — exact clones: CPython set tables copied verbatim
   (:func:`clone_set`, :func:`clone`), self-tested before a search (:class:`ExplorerUnsupported`).
 * :mod:`~proofs.explorer.model_block_manager`, :mod:`~proofs.explorer.model_scheduler`,
-  :mod:`~proofs.explorer.model_offload` — the component models and their bounds.
+  :mod:`~proofs.explorer.model_offload`, :mod:`~proofs.explorer.model_prefix_cache` — the
+  component models and their bounds.
 * :mod:`~proofs.explorer.entry` — what the commands call with a component's parts from the
   registry: :func:`make_bounds`, :func:`run` (one search per variant), :class:`Exploration`.
 
@@ -33,6 +34,7 @@ from proofs.explorer.model_block_manager import (
     Holder,
 )
 from proofs.explorer.model_offload import OffloadBounds, OffloadModel
+from proofs.explorer.model_prefix_cache import PrefixCacheBounds, PrefixCacheModel
 from proofs.explorer.model_scheduler import SchedulerBounds, SchedulerModel
 from proofs.explorer.search import (
     Edge,
@@ -67,6 +69,8 @@ __all__ = [
     "Model",
     "OffloadBounds",
     "OffloadModel",
+    "PrefixCacheBounds",
+    "PrefixCacheModel",
     "Progress",
     "SchedulerBounds",
     "SchedulerModel",

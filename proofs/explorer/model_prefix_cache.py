@@ -1,0 +1,346 @@
+"""The vLLM GPU prefix-cache model of the explorer (``KVCacheManager`` + ``BlockPool``).
+
+Scheduler events over a spec harness and a target harness of
+:mod:`stateful_tests.vllm_prefix_harness` (the calls the prefix-cache checker's traces use, so a
+counterexample replays there): requests arrive with every prompt of a small alphabet, are
+admitted with their prefix hits under every token budget, decode every sampled token, are
+preempted, finish, are aborted, or finish with their blocks freed later (alone or two lists in one
+call); the connector evicts each cached block; the prefix cache is reset; bad inputs are freeing an
+unknown request, a zero-token allocation, an unknown block id and a deferred list freed twice.
+The generator model (:class:`Gen`) is the scheduler's side: each live request's tokens, computed
+tokens and status, the deferred lists and the last freed one; the snapshot plus it is the state.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from impl.vllm.block_pool import KVCacheBlock as ImplBlock
+from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
+from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.set_clone import clone
+from spec import invariants as inv
+from spec.vllm.block_pool import KVCacheBlock as SpecBlock
+from spec.vllm.kv_cache_manager import KVCacheManager, Request
+from stateful_tests import vllm_prefix_cache as checker
+from stateful_tests.lockstep import Check, Outcome
+from stateful_tests.vllm_prefix_harness import Config, PrefixCacheHarness, read
+
+
+@dataclass(frozen=True)
+class PrefixCacheBounds:
+    """The small scope: a pool of ``blocks`` blocks (the null block included) of ``block_size``
+    tokens, ``max_model_len`` tokens per request, at most ``requests`` requests over the whole run
+    with prompts of 1..``prompt_tokens`` tokens from ``0..vocab-1``, sampled tokens from
+    ``0..gen_vocab-1``; token budgets 1 and unlimited (and 0, adopting hits only)."""
+
+    variant: str = "unhashed_first"
+    blocks: int = 3
+    block_size: int = 1
+    max_model_len: int = 3
+    requests: int = 2
+    prompt_tokens: int = 1
+    vocab: int = 2
+    gen_vocab: int = 1
+    bad_inputs: bool = True
+
+    HELP: ClassVar[dict[str, str]] = {
+        "blocks": "blocks in the pool, the null block included",
+        "block_size": "tokens per block",
+        "max_model_len": "tokens per request at most",
+        "requests": "requests over the whole run",
+        "prompt_tokens": "longest prompt",
+        "vocab": "prompt token alphabet size",
+        "gen_vocab": "sampled token alphabet size",
+        "bad_inputs": "the rejected-input alphabet",
+    }
+
+    def validate(self) -> None:
+        for name, lo, hi in (
+            ("blocks", 2, 8),
+            ("block_size", 1, 4),
+            ("max_model_len", 2, 12),
+            ("requests", 1, 5),
+            ("prompt_tokens", 1, 8),
+            ("vocab", 1, 3),
+            ("gen_vocab", 1, 3),
+        ):
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+        if self.prompt_tokens >= self.max_model_len:
+            raise ValueError("prompt-tokens must be below max-model-len")
+
+
+class Req(NamedTuple):
+    rid: str
+    tokens: tuple[int, ...]
+    computed: int
+    status: str  # WAITING | RUNNING | PREEMPTED
+
+
+class Gen(NamedTuple):
+    """The scheduler's side of a state."""
+
+    reqs: tuple[Req, ...]
+    deferred: tuple[tuple[int, ...], ...]
+    freed: tuple[int, ...]  # the last deferred list freed (for a double free)
+    added: int
+
+
+class PrefixCacheModel(Model):
+    """Scheduler events over a spec harness and a target harness."""
+
+    def __init__(
+        self,
+        component: str,
+        target_cls: Callable[..., Any],
+        target: str,
+        bounds: PrefixCacheBounds,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(component, target_cls, target, bounds, options)
+        self.checker = checker.CHECKER
+        self.reader = read
+        self.snapshot_checks = checker.SNAPSHOT_CHECKS
+        self.state_invariants = checker.STATE_INVARIANTS
+        b = bounds
+        self.config = Config(
+            variant=b.variant,
+            num_blocks=b.blocks,
+            block_size=b.block_size,
+            max_model_len=b.max_model_len,
+            vocab=b.vocab,
+            max_requests=b.requests,
+            enable_kv_cache_events=False,
+        )
+        self.prompts = [
+            p
+            for n in range(1, b.prompt_tokens + 1)
+            for p in itertools.product(range(b.vocab), repeat=n)
+        ]
+
+    def clone(self, obj: Any) -> Any:
+        return _clone_harness(obj)
+
+    def initial(self) -> tuple[Any, Any, Any]:
+        return (
+            PrefixCacheHarness(KVCacheManager, self.config),
+            PrefixCacheHarness(self.target_cls, self.config),
+            Gen((), (), (), 0),
+        )
+
+    def validate_first(self, method: str, exc: BaseException) -> bool:
+        return True
+
+    def trace_config(self) -> dict[str, Any]:
+        return self.config.to_json()
+
+    def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
+        return (snap, gen)
+
+    def pair_key(self, snap: Any, spec: Any, target: Any) -> Hashable:
+        """The manager's snapshot and the harness's requests (they are part of the objects)."""
+        return (snap, *(_request_key(r) for r in (spec.requests.values() if spec else ())))
+
+    # ------------------------------------------------------------ the generator model
+    def _scheduled(self, gen: Gen, req: Req, budget: int, token: int) -> Callable[[Any], Gen]:
+        bs, top = self.b.block_size, self.b.max_model_len
+
+        def then(returned: Any) -> Gen:
+            if returned is None:
+                return gen
+            hit = len(returned["hits"]) * bs
+            todo = len(req.tokens) - req.computed - hit
+            computed = req.computed + hit + max(0, min(budget, todo))
+            tokens = req.tokens
+            if computed == len(tokens) < top:
+                tokens = (*tokens, token)
+            return _with(gen, req._replace(tokens=tokens, computed=computed, status="RUNNING"))
+
+        return then
+
+    def edges(self, snap: Any, gen: Any, spec: Callable[[], Any]) -> list[Edge]:
+        b, g = self.b, gen
+        out: list[Edge] = []
+        add = out.append
+        for r in g.reqs:
+            add(Edge("get_computed_blocks", (r.rid,), readonly=True))
+        if g.added < b.requests:
+            rid = f"r{g.added}"
+            for p in self.prompts:
+                req = Req(rid, p, 0, "WAITING")
+                add(Edge("add_request", (rid, list(p)), lambda _, r=req: _added(g, r)))
+        for r in g.reqs:
+            work = r.computed < len(r.tokens)
+            waiting = r.status != "RUNNING"
+            budgets = (1, 64, 0) if waiting else ((1, 64) if work else ())
+            for budget in budgets:
+                for token in range(b.gen_vocab if budget else 1):
+                    then = self._scheduled(g, r, budget, token)
+                    add(Edge("schedule", (r.rid, budget, token), then))
+            if r.status == "RUNNING":
+                add(Edge("get_num_common_prefix_blocks", (r.rid,), readonly=True))
+                add(Edge("preempt", (r.rid,), lambda _, r=r: _with(g, r._replace(
+                    computed=0, status="PREEMPTED"))))  # fmt: skip
+                add(Edge("finish", (r.rid,), lambda _, r=r: _without(g, r)))
+                add(Edge("finish_deferred", (r.rid,), lambda ids, r=r: _deferred(g, r, ids)))
+            else:
+                add(Edge("abort", (r.rid,), lambda _, r=r: _without(g, r)))
+        for i, table in enumerate(g.deferred):
+            add(Edge("free_blocks", (list(table[::-1]),), lambda _, i=i: _freed(g, (i,))))
+            for j in range(i + 1, len(g.deferred)):
+                both = [*table[::-1], *g.deferred[j][::-1]]
+                add(Edge("free_blocks", (both,), lambda _, i=i, j=j: _freed(g, (i, j))))
+        for block, h in enumerate(snap.block_hashes):
+            if h is not None:
+                add(Edge("evict_blocks", ([block],)))
+        add(Edge("reset_prefix_cache", ()))
+        if b.bad_inputs:
+            add(Edge("free", ("unknown",), readonly=True))
+            for r in g.reqs[:1]:
+                add(rejected("allocate_slots", (r.rid, 0)))
+            add(rejected("evict_blocks", ([b.blocks],)))
+            stale = [x for x in g.freed if snap.ref_cnts[x] == 0]
+            if stale:
+                add(rejected("free_blocks", (stale[::-1],)))
+        return out
+
+    def edge_checks(
+        self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
+    ) -> Check | None:
+        if edge.method in ("schedule", "allocate_slots") and spec_out.raised is None:
+            returned = spec_out.returned
+            if returned is None:
+                if before != snap:
+                    return "atomic_failure", f"None but changed {before.differing_fields(snap)}"
+                return None
+            new = returned["new"] if isinstance(returned, dict) else returned
+            problem = inv.gpu_no_live_eviction(before, snap, new or [])
+            if problem:
+                return "no_live_eviction", problem
+        return None
+
+    def state_checks(self, snap: Any, gen: Any, spec: Any, target: Any) -> Check | None:
+        deferred = [list(t) for t in gen.deferred]
+        problem = inv.gpu_ref_counts_match_holders(snap, deferred)
+        if problem:
+            return "referenced_count_matches_live_pages", problem
+        problem = inv.gpu_block_hashes_match_content(snap, checker.prefixes(spec))
+        if problem:
+            return "block_hashes_match_content", problem
+        if not snap.req_to_blocks and not deferred:
+            problem = inv.gpu_no_leak_at_quiescence(snap)
+            if problem:
+                return "no_leak_at_quiescence", problem
+        return None
+
+
+def _request_key(r: Any) -> tuple[Any, ...]:
+    return (r.request_id, tuple(r.all_token_ids), r.num_computed_tokens, r.status.name)
+
+
+def _with(gen: Gen, req: Req) -> Gen:
+    return gen._replace(reqs=tuple(req if r.rid == req.rid else r for r in gen.reqs))
+
+
+def _without(gen: Gen, req: Req) -> Gen:
+    return gen._replace(reqs=tuple(r for r in gen.reqs if r.rid != req.rid))
+
+
+def _added(gen: Gen, req: Req) -> Gen:
+    return gen._replace(reqs=(*gen.reqs, req), added=gen.added + 1)
+
+
+def _deferred(gen: Gen, req: Req, ids: Any) -> Gen:
+    gen = _without(gen, req)
+    return gen._replace(deferred=(*gen.deferred, tuple(ids))) if ids else gen
+
+
+def _freed(gen: Gen, which: tuple[int, ...]) -> Gen:
+    last = gen.deferred[which[-1]]
+    kept = tuple(t for i, t in enumerate(gen.deferred) if i not in which)
+    return gen._replace(deferred=kept, freed=last)
+
+
+# ----------------------------------------------------------------------------- fast exact clones
+_MANAGERS = (KVCacheManager, ImplManager)
+
+
+def _clone_harness(h: Any) -> Any:
+    """An exact clone of a harness around kvspec's own managers (spec or impl): every block
+    copied once, every structure rebuilt over the copies (free-queue links remapped); any other
+    shape (an upstream manager) by the generic :func:`clone`."""
+    m = h.m if type(h) is PrefixCacheHarness else None
+    if type(m) not in _MANAGERS:
+        return clone(h)
+    new = object.__new__
+    pool = m.block_pool
+    queue = pool.free_block_queue
+    kind = type(pool.blocks[0])
+    every = list(pool.blocks)
+    if kind is ImplBlock:
+        every += [queue.fake_free_list_head, queue.fake_free_list_tail]
+    elif kind is not SpecBlock:
+        return clone(h)
+    bmap: dict[int, Any] = {}
+    for b in every:
+        c = bmap[id(b)] = new(kind)
+        c.block_id, c.ref_cnt, c._block_hash, c.is_null = b.block_id, b.ref_cnt, b._block_hash, b.is_null
+    if kind is ImplBlock:
+        for b in every:
+            c, prev, nxt = bmap[id(b)], b.prev_free_block, b.next_free_block
+            c.prev_free_block = None if prev is None else bmap[id(prev)]
+            c.next_free_block = None if nxt is None else bmap[id(nxt)]
+    n_pool = new(type(pool))
+    state = pool.__dict__.copy()
+    state["blocks"] = [bmap[id(b)] for b in pool.blocks]
+    state["null_block"] = bmap[id(pool.null_block)]
+    state["kv_event_queue"] = pool.kv_event_queue.copy()  # events are immutable
+    n_queue = new(type(queue))
+    n_queue.__dict__.update(queue.__dict__)
+    if kind is ImplBlock:
+        n_queue.fake_free_list_head = bmap[id(queue.fake_free_list_head)]
+        n_queue.fake_free_list_tail = bmap[id(queue.fake_free_list_tail)]
+    else:
+        n_queue.blocks = [bmap[id(b)] for b in queue.blocks]
+    state["free_block_queue"] = n_queue
+    table = pool.cached_block_hash_to_block
+    n_table = new(type(table))
+    n_table._cache = {
+        k: ({i: bmap[id(b)] for i, b in v.items()} if type(v) is dict else bmap[id(v)])
+        for k, v in table._cache.items()
+    }
+    state["cached_block_hash_to_block"] = n_table
+    n_pool.__dict__.update(state)
+    single = m.coordinator.single_type_managers[0]
+    n_single = new(type(single))
+    n_single.__dict__.update(single.__dict__)
+    n_single.block_pool = n_pool
+    n_single.req_to_blocks = {r: [bmap[id(b)] for b in bl] for r, bl in single.req_to_blocks.items()}
+    n_single.num_cached_block = single.num_cached_block.copy()
+    n_m = new(type(m))
+    n_m.__dict__.update(m.__dict__)
+    n_m.block_pool = n_pool
+    n_m.coordinator = type(m.coordinator)(n_pool, (n_single,))
+    if "_single" in m.__dict__:
+        n_m._single = n_single
+    n_h = new(PrefixCacheHarness)
+    n_h.__dict__.update(h.__dict__)
+    n_h.m = n_m
+    n_h.requests = {rid: _clone_request(r) for rid, r in h.requests.items()}
+    return n_h
+
+
+def _clone_request(r: Any) -> Any:
+    if type(r) is not Request:
+        return clone(r)
+    c = object.__new__(Request)
+    state = r.__dict__.copy()
+    for k in ("prompt_token_ids", "all_token_ids", "block_hashes", "mm_features"):
+        state[k] = state[k].copy()
+    c.__dict__.update(state)
+    return c
