@@ -194,6 +194,8 @@ class Driver:
             if step.spec.raised is None and step.target.returned is None:
                 checks.append(("atomic_failure", inv.atomic_failure(before, snap)))
         checks += [(name, p(snap)) for name, p in STATE_INVARIANTS.items()]
+        if step is not None and step.spec.raised is None:
+            self._track(method, step.args, step.spec)  # the ledger as the spec's call left it
         ledger = self._ledger_checks(snap, self.target_h)
         if ledger is not None:
             checks.append(ledger)

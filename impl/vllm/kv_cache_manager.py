@@ -241,6 +241,9 @@ class KVCacheManager:
                 f"request {request.request_id} has {request.num_tokens} tokens, more than "
                 f"max_model_len={self.max_model_len}"
             )
+        rid, single = request.request_id, self._single
+        if hits and (rid in single.num_cached_block or single.req_to_blocks.get(rid)):
+            raise RequestStateError(f"prefix hits for request {rid}, which already holds blocks")
         if request.num_computed_tokens + counts[1] + counts[3] > request.num_tokens:
             raise InvalidArgument(
                 f"computed ({request.num_computed_tokens}), hit ({counts[1]}) and external "
@@ -248,9 +251,6 @@ class KVCacheManager:
             )
         if not hits:
             return
-        rid, single = request.request_id, self._single
-        if rid in single.num_cached_block or single.req_to_blocks.get(rid):
-            raise RequestStateError(f"prefix hits for request {rid}, which already holds blocks")
         if counts[1] != len(hits) * self.block_size:
             raise InvalidArgument(
                 f"{counts[1]} computed tokens for {len(hits)} hit blocks of {self.block_size}"
