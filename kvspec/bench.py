@@ -4,7 +4,8 @@ Suites: ``reclaim`` and ``usable`` (block manager, PRs #578/#576), ``schedule`` 
 PR #579), ``capacity`` (an admission check on PR #576's capacity fixture), ``admission`` (the
 exact-reservation PR: legacy scan, exact-formula scan and incremental counter on one fixture), and
 ``arc`` / ``lru`` (vLLM's CPU offload manager: one batch ``prepare_store`` that evicts half of a full
-cache, vLLM PR #50992's fixture; spec and impl must return the same result or the bench raises).
+cache, vLLM PR #50992's fixture; spec and impl must return the same result or the bench raises),
+and ``prefix-cache`` (vLLM's GPU prefix cache, :mod:`kvspec.bench_prefix`).
 
 Ratios, not absolute times, are the result (``ratio = baseline / impl``): the machines here are
 shared and noisy, so both sides are measured in the same run, round by round, and the median of
@@ -25,6 +26,7 @@ from typing import Any
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.infinilm.scheduler import Scheduler as ImplScheduler
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplOffloadManager
+from kvspec.bench_prefix import bench_prefix_cache
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.request import InferenceRequest, RequestStatus, SamplingParams
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
@@ -54,7 +56,7 @@ RECLAIM_PR = {
 }
 USABLE_CASES = [512, 8192, 32768]
 HASHES = [bytes([i + 1]) * 16 for i in range(3)]  # three repeating hashes: duplicate-hash pages
-SUITES = ("reclaim", "usable", "schedule", "capacity", "admission", "arc", "lru")
+SUITES = ("reclaim", "usable", "schedule", "capacity", "admission", "arc", "lru", "prefix-cache")
 
 # PR #579's fixture: (running, waiting). The PR measured these whole-schedule() ratios; kvspec's
 # goal is at least the PR's ratio and at least 1.0 (never slower than the scanning baseline).
@@ -614,6 +616,7 @@ BENCHES: dict[str, Callable[[int, bool], Iterator[Row]]] = {
     "admission": bench_admission,
     "arc": bench_arc,
     "lru": bench_lru,
+    "prefix-cache": bench_prefix_cache,
 }
 
 

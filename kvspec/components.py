@@ -457,6 +457,7 @@ _BUILTIN: tuple[Component, ...] = (
             "proofs.explorer:PrefixCacheBounds",
             {"max_model_len": 2},
         ),
+        bench_suites=("prefix-cache",),
         verify=VerifyPlan(check_examples=60, fuzz_ops=(5_000, 30_000)),
     ),
 )

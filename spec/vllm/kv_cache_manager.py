@@ -35,6 +35,7 @@ docs/vllm-prefix-cache.md §6): negative counts, prefix hits whose token count i
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -85,10 +86,12 @@ class RequestStatus(enum.IntEnum):
 
 
 def hash_block_tokens(parent: BlockHash | None, tokens: Sequence[int]) -> BlockHash:
-    """kvspec's block hash: the readable token text of the whole prefix, ``b"1,2/3,4"`` (chained
-    like upstream's, injective, and the same in every process — no NONE_HASH seed)."""
+    """kvspec's block hash, chained like upstream's and the same in every process (no NONE_HASH
+    seed): the readable token text of the prefix, ``b"1,2/3,4"``; past 96 bytes a digest of that
+    text, ``b"#…"`` (so long prompts keep short hashes)."""
     text = ",".join(str(t) for t in tokens).encode()
-    return text if parent is None else parent + b"/" + text
+    full = text if parent is None else parent + b"/" + text
+    return full if len(full) <= 96 else b"#" + hashlib.blake2b(full, digest_size=12).hexdigest().encode()
 
 
 class Request:
