@@ -451,6 +451,7 @@ _BUILTIN: tuple[Component, ...] = (
         checker="stateful_tests.vllm_prefix_cache:CHECKER",
         variants=PREFIX_CACHE_VARIANTS,
         variant_keyword="free_order",
+        targets={"vllm": "kvspec.vllm_prefix_adapter:VllmKVCacheManager"},
         mutants="stateful_tests.mutants_vllm_prefix:PREFIX_CACHE_MUTANTS",
         explorer=ExplorerPlan(
             "proofs.explorer:PrefixCacheModel",

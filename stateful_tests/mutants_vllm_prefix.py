@@ -201,7 +201,7 @@ class CommonPrefixIgnoresSomeHolders(KVCacheManager):
     one (``count`` releases, up to 0.31)."""
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        if self.common_prefix_blocks == "deprecated":
+        if self.common_prefix_blocks == "deprecated" or not self.enable_caching:
             return [0]
         blocks = self._single.req_to_blocks.setdefault(running_request_id, [])
         sharing = len(self._single.num_cached_block)

@@ -275,7 +275,7 @@ class KVCacheManager:
         return self.block_pool.reset_prefix_cache()
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        if self.common_prefix_blocks == "deprecated":
+        if self.common_prefix_blocks == "deprecated" or not self.enable_caching:
             return [0]
         table = self._single.req_to_blocks
         blocks = table.setdefault(running_request_id, [])

@@ -115,6 +115,8 @@ class Request:
         self.lora_request = None
         self.mm_features: list[Any] = []
         self.session_id = None
+        self.cache_salt = None
+        self.prompt_embeds = None
         self._hash_new_full_blocks()
 
     @property
@@ -433,7 +435,9 @@ class KVCacheManager:
         return self.block_pool.reset_prefix_cache()
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        if self.common_prefix_blocks == "deprecated":
+        """``[0]`` with caching off or in 0.32+; else the request's leading blocks shared by
+        every request holding blocks (quirk *common-prefix-creates-entry*)."""
+        if self.common_prefix_blocks == "deprecated" or not self.enable_caching:
             return [0]
         return [self._single.get_num_common_prefix_blocks(running_request_id)]
 

@@ -1,0 +1,142 @@
+"""``--target vllm`` for the GPU prefix cache: vLLM's own ``KVCacheManager`` with one
+full-attention group, behind kvspec's constructor.
+
+:data:`VllmKVCacheManager` is a subclass of the installed release's
+``vllm.v1.core.kv_cache_manager.KVCacheManager``: every method kvspec calls and every attribute it
+reads (``block_pool``, ``coordinator.single_type_managers[0]``, the free queue, the hash map, the
+event queue, ``usage``) is upstream's own. The subclass only builds what upstream's constructor
+needs from kvspec's arguments — a ``KVCacheConfig`` with one ``FullAttentionSpec`` group of
+``block_size`` tokens, ``hash_block_size == scheduler_block_size == block_size`` (docs/vllm-prefix-cache.md
+§8) — passing only the keywords the release takes, and offers the harness three hooks:
+
+* ``kvspec_request(request_id, prompt, block_size)``: a request whose ``block_hashes`` are computed
+  by the release's own hasher (``get_request_block_hasher`` over ``hash_block_tokens``, sha256,
+  ``NONE_HASH`` from ``init_none_hash``) — with ``PYTHONHASHSEED`` fixed (``"0"`` unless already
+  set) so that the digests are the same in every run and every process;
+* ``kvspec_hash_label(digest)``: upstream's digest shown as kvspec's readable hash of the same
+  prefix (a table filled as requests are hashed), so snapshots compare with the spec's;
+* ``kvspec_status``: the release's ``RequestStatus``.
+
+``kvspec_variant`` is the installed release (``rX.Y``, its version read without importing vLLM);
+releases outside 0.28–0.33 are a one-line ``TargetError``. The variant keywords kvspec passes are
+accepted and ignored: the release decides. Without vLLM installed, build a CPU import tree from a
+wheel with ``python -m kvspec.vllm_standins`` and put it on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+from typing import Any
+
+from kvspec.targets import TargetError
+from kvspec.vllm_adapter import installed_version
+from spec.vllm.kv_cache_manager import RELEASES, Request, hash_block_tokens, text_label
+
+UPSTREAM_MODULE = "vllm.v1.core.kv_cache_manager"
+HASH_SEED = "0"
+LABELS: dict[bytes, bytes] = {}  # upstream digest -> kvspec's hash of the same prefix
+
+
+def release_variant(version: str) -> str:
+    release = ".".join(version.split("+")[0].split(".")[:2])
+    if release not in RELEASES:
+        supported = ", ".join(f"{r}.x" for r in RELEASES)
+        raise TargetError(f"vLLM {version} is not supported by --target vllm (supported: {supported})")
+    return f"r{release}"
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # not installed, or a failure deeper in vLLM's import chain
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise TargetError(f"--target vllm needs an importable {name} ({reason})") from exc
+
+
+def adapter_class(variant: str | None = None) -> type:
+    """The kvspec-constructed subclass of the installed release's ``KVCacheManager``."""
+    manager_mod = _import(UPSTREAM_MODULE)
+    utils = _import("vllm.v1.core.kv_cache_utils")
+    interface = _import("vllm.v1.kv_cache_interface")
+    status = _import("vllm.v1.request").RequestStatus
+    hash_fn = _import("vllm.utils.hashing").get_hash_fn_by_name("sha256")
+    logging.getLogger("vllm").setLevel(logging.ERROR)  # e.g. every refused prefix-cache reset
+    os.environ.setdefault("PYTHONHASHSEED", HASH_SEED)  # NONE_HASH is derived from it
+    utils.init_none_hash(hash_fn)
+    upstream: type = manager_mod.KVCacheManager
+    accepted = set(inspect.signature(upstream).parameters)
+    torch = importlib.import_module("torch")
+
+    def hasher(block_size: int) -> Any:
+        return utils.get_request_block_hasher(block_size, hash_fn)
+
+    class UpstreamHashedRequest(Request):
+        """kvspec's request with the release's block hashes (and kvspec's, for the labels)."""
+
+        def _hash_new_full_blocks(self) -> None:
+            own: list[bytes] = self.__dict__.setdefault("_own_hashes", [])
+            new = hasher(self.block_size)(self)
+            bs = self.block_size
+            for digest in new:
+                i = len(own)
+                tokens = self.all_token_ids[i * bs : (i + 1) * bs]
+                own.append(hash_block_tokens(own[-1] if own else None, tokens))
+                LABELS[bytes(digest)] = own[-1]
+            self.block_hashes.extend(new)
+
+    class VllmKVCacheManager(upstream):  # type: ignore[misc, valid-type]
+        """vLLM's ``KVCacheManager`` with kvspec's constructor (one full-attention group)."""
+
+        kvspec_variant = variant
+        kvspec_status = status
+        kvspec_request = UpstreamHashedRequest
+
+        def __init__(
+            self,
+            num_blocks: int,
+            block_size: int,
+            max_model_len: int,
+            *,
+            enable_caching: bool = True,
+            use_eagle: bool = False,
+            enable_kv_cache_events: bool = False,
+            watermark: float = 0.0,
+            **variant_keywords: Any,  # what kvspec expects; the installed release decides
+        ) -> None:
+            spec = interface.FullAttentionSpec(
+                block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+            )
+            group = interface.KVCacheGroupSpec(["kvspec.layer"], spec)
+            config = interface.KVCacheConfig(
+                num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[group]
+            )
+            options = {
+                "max_model_len": max_model_len,
+                "scheduler_block_size": block_size,
+                "hash_block_size": block_size,
+                "enable_caching": enable_caching,
+                "use_eagle": use_eagle,
+                "enable_kv_cache_events": enable_kv_cache_events,
+                "watermark": watermark,
+            }
+            super().__init__(config, **{k: v for k, v in options.items() if k in accepted})
+            self.requested_variant = variant_keywords
+
+        @staticmethod
+        def kvspec_hash_label(digest: bytes) -> str:
+            return text_label(LABELS.get(bytes(digest), bytes(digest)))
+
+    VllmKVCacheManager.__qualname__ = f"VllmKVCacheManager[{upstream.__module__}]"
+    return VllmKVCacheManager
+
+
+def __getattr__(name: str) -> Any:
+    """``kvspec.vllm_prefix_adapter:VllmKVCacheManager`` (the target loader's ``vllm`` name) imports
+    vLLM only when asked for, raising ``TargetError`` — not ``AttributeError`` — when it cannot."""
+    if name == "VllmKVCacheManager":
+        variant = release_variant(installed_version())
+        return adapter_class(variant)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
