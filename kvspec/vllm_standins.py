@@ -234,6 +234,17 @@ class MambaAttentionBackendEnum(enum.Enum):
     LINEAR = "linear"
     GDN_ATTN = "gdn_attn"
 ''',
+    "vllm/v1/hisparse/layout.py": '''"""kvspec stand-in: HiSparse KV-cache layouts (0.30-0.32 import them for config building, which
+kvspec does not do)."""
+
+
+def _not_here(*args, **kwargs):
+    raise RuntimeError("kvspec's CPU stand-ins do not build HiSparse layouts")
+
+
+get_hisparse_gpu_memory_usage = get_hisparse_host_pool_bytes = _not_here
+get_hisparse_kv_cache_config = get_hisparse_kv_cache_groups = _not_here
+''',
     "vllm/v1/request.py": '''"""kvspec stand-in: the request type (kvspec's driver builds its own request objects) and the
 status enum the manager compares with."""
 import enum

@@ -408,6 +408,17 @@ class Driver:
     def bad_zero_tokens(self, c: Chooser) -> None:
         self.call("allocate_slots", c.pick(self.live()), 0)
 
+    def bad_newer_api(self, c: Chooser) -> None:
+        """A call only newer releases take: adopting hits without new tokens (0.31+, else
+        ``ValueError``) or a hit-length cap (0.33+, else ``TypeError``)."""
+        f = self.features
+        if not f["adopt_computed_tokens"] and (f["hit_length_cap"] or c.chance(0.5)):
+            if self.waiting():
+                self.call("schedule", c.pick(self.waiting()), 0, self._token(c))
+                return
+        if not f["hit_length_cap"] and self.live():
+            self.call("get_computed_blocks", c.pick(self.live()), c.int(0, 4))
+
     def bad_hits_for_holder(self, c: Chooser) -> None:
         """Prefix hits for a request that already holds blocks (upstream asserts)."""
         rid = c.pick(self.holders())
@@ -452,6 +463,7 @@ class Facts(NamedTuple):
     deferred: bool
     refreeable: bool
     hashed: bool
+    older_api: bool  # the variant lacks an API of a newer release
 
     @classmethod
     def of(cls, d: Driver) -> Facts:
@@ -466,6 +478,7 @@ class Facts(NamedTuple):
             bool(d.deferred),
             any(any(s.ref_cnts[b] == 0 for b in t) for t in d.freed),
             any(h is not None for h in s.block_hashes),
+            not (d.features["adopt_computed_tokens"] and d.features["hit_length_cap"]),
         )
 
 
@@ -486,6 +499,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("bad_free_twice", 1, bad=True),
     Operation("bad_double_free", 1, lambda f: f.refreeable, bad=True),
     Operation("bad_zero_tokens", 1, lambda f: f.live, bad=True),
+    Operation("bad_newer_api", 1, lambda f: f.older_api and f.live, bad=True),
     Operation("bad_hits_for_holder", 1, lambda f: f.holders, bad=True),
     Operation("bad_hit_token_count", 1, lambda f: f.waiting, bad=True),
     Operation("bad_past_max_model_len", 1, bad=True),
