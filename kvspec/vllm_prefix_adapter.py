@@ -44,7 +44,9 @@ def release_variant(version: str) -> str:
     release = ".".join(version.split("+")[0].split(".")[:2])
     if release not in RELEASES:
         supported = ", ".join(f"{r}.x" for r in RELEASES)
-        raise TargetError(f"vLLM {version} is not supported by --target vllm (supported: {supported})")
+        raise TargetError(
+            f"vLLM {version} is not supported by --target vllm (supported: {supported})"
+        )
     return f"r{release}"
 
 
@@ -87,7 +89,7 @@ def adapter_class(variant: str | None = None) -> type:
                 LABELS[bytes(digest)] = own[-1]
             self.block_hashes.extend(new)
 
-    class VllmKVCacheManager(upstream):  # type: ignore[misc, valid-type]
+    class VllmKVCacheManager(upstream):  # type: ignore[misc]
         """vLLM's ``KVCacheManager`` with kvspec's constructor (one full-attention group)."""
 
         kvspec_variant = variant

@@ -55,7 +55,7 @@ _PACKAGES = (
 )
 
 STANDINS: dict[str, str] = {
-    "vllm/envs.py": '''"""kvspec stand-in: the environment variables the KV-cache modules read, at their defaults."""
+    "vllm/envs.py": '''"""kvspec stand-in: the environment variables read, at their defaults."""
 import os
 
 _DEFAULTS = {
@@ -97,7 +97,7 @@ class VllmConfig:
 def get_current_vllm_config_or_none():
     return None
 ''',
-    "vllm/distributed/kv_events.py": '''"""kvspec stand-in: KV-cache event records (any keyword fields, kept as attributes)."""
+    "vllm/distributed/kv_events.py": '''"""kvspec stand-in: KV-cache events (keyword fields)."""
 MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"
 
@@ -121,8 +121,8 @@ class BlockRemoved(KVCacheEvent):
 class AllBlocksCleared(KVCacheEvent):
     pass
 ''',
-    "vllm/utils/hashing.py": '''"""kvspec stand-in: vLLM's hash functions (hashlib over pickle; kvspec compares what they hash,
-not the digests)."""
+    "vllm/utils/hashing.py": '''"""kvspec stand-in: hash functions (hashlib over pickle; kvspec
+compares what they hash, not the digests)."""
 import hashlib
 import pickle
 
@@ -193,7 +193,7 @@ def get_mm_features_in_window(mm_features, start, end):
 def tensor_data(tensor):
     return tensor.flatten().contiguous().view(-1).numpy().tobytes()
 ''',
-    "vllm/v1/metrics/stats.py": '''"""kvspec stand-in: statistics records (log_stats and metrics are off in kvspec's runs)."""
+    "vllm/v1/metrics/stats.py": '''"""kvspec stand-in: statistics records (stats are off)."""
 from dataclasses import dataclass, field
 
 
@@ -223,7 +223,7 @@ class KVCacheEvictionEvent:
 class PrefillStats:
     pass
 ''',
-    "vllm/v1/attention/backends/registry.py": '''"""kvspec stand-in: the Mamba backend names a MambaSpec default refers to."""
+    "vllm/v1/attention/backends/registry.py": '''"""kvspec stand-in: Mamba backend names."""
 import enum
 
 
@@ -234,8 +234,8 @@ class MambaAttentionBackendEnum(enum.Enum):
     LINEAR = "linear"
     GDN_ATTN = "gdn_attn"
 ''',
-    "vllm/v1/hisparse/layout.py": '''"""kvspec stand-in: HiSparse KV-cache layouts (0.30-0.32 import them for config building, which
-kvspec does not do)."""
+    "vllm/v1/hisparse/layout.py": '''"""kvspec stand-in: HiSparse layouts (0.30-0.32 import them
+for config building, which kvspec does not do)."""
 
 
 def _not_here(*args, **kwargs):
@@ -245,8 +245,8 @@ def _not_here(*args, **kwargs):
 get_hisparse_gpu_memory_usage = get_hisparse_host_pool_bytes = _not_here
 get_hisparse_kv_cache_config = get_hisparse_kv_cache_groups = _not_here
 ''',
-    "vllm/v1/request.py": '''"""kvspec stand-in: the request type (kvspec's driver builds its own request objects) and the
-status enum the manager compares with."""
+    "vllm/v1/request.py": '''"""kvspec stand-in: the request type (kvspec's driver builds its
+own request objects) and the status enum the manager compares with."""
 import enum
 
 

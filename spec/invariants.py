@@ -391,7 +391,11 @@ def gpu_block_hashes_match_content(
             h = s.block_hashes[b]
             if h is not None and (i >= len(want) or h != want[i]):
                 bad.append((rid, i, b, h))
-    return f"blocks cached under another prefix (request, position, block, hash): {bad}" if bad else None
+    return (
+        f"blocks cached under another prefix (request, position, block, hash): {bad}"
+        if bad
+        else None
+    )
 
 
 def gpu_ref_counts_match_holders(

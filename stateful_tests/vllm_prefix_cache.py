@@ -190,9 +190,9 @@ class Driver:
         checks: list[tuple[str, str | None]] = []
         if step is not None and step.spec.raised is not None:
             checks.append(("atomic_failure", inv.atomic_failure(before, snap)))
-        if step is not None and method in _ALLOCATING and step.spec.returned is None:
-            if step.spec.raised is None and step.target.returned is None:
-                checks.append(("atomic_failure", inv.atomic_failure(before, snap)))
+        failed = step is not None and step.spec.returned is None and step.target.returned is None
+        if failed and method in _ALLOCATING and step is not None and step.spec.raised is None:
+            checks.append(("atomic_failure", inv.atomic_failure(before, snap)))
         checks += [(name, p(snap)) for name, p in STATE_INVARIANTS.items()]
         if step is not None and step.spec.raised is None:
             self._track(method, step.args, step.spec)  # the ledger as the spec's call left it
@@ -412,10 +412,10 @@ class Driver:
         """A call only newer releases take: adopting hits without new tokens (0.31+, else
         ``ValueError``) or a hit-length cap (0.33+, else ``TypeError``)."""
         f = self.features
-        if not f["adopt_computed_tokens"] and (f["hit_length_cap"] or c.chance(0.5)):
-            if self.waiting():
-                self.call("schedule", c.pick(self.waiting()), 0, self._token(c))
-                return
+        adopt_now = f["hit_length_cap"] or c.chance(0.5)
+        if not f["adopt_computed_tokens"] and adopt_now and self.waiting():
+            self.call("schedule", c.pick(self.waiting()), 0, self._token(c))
+            return
         if not f["hit_length_cap"] and self.live():
             self.call("get_computed_blocks", c.pick(self.live()), c.int(0, 4))
 
@@ -431,7 +431,9 @@ class Driver:
         rid = c.pick(self.waiting())
         hits = self.spec_h.m.get_computed_blocks(self.spec_h.requests[rid])[0].blocks[0]
         ids = [b.block_id for b in hits] or [c.int(1, self.config.num_blocks - 1)]
-        wrong = len(ids) * self.config.block_size + c.pick((-1, 1, -len(ids) * self.config.block_size))
+        wrong = len(ids) * self.config.block_size + c.pick(
+            (-1, 1, -len(ids) * self.config.block_size)
+        )
         self.call("allocate_slots", rid, 1, wrong, ids)
 
     def bad_past_max_model_len(self, c: Chooser) -> None:
@@ -528,8 +530,13 @@ CHECKER = CheckerDef(
         Example(
             1,
             steps=200,
-            config={"num_blocks": 6, "block_size": 2, "max_model_len": 8, "vocab": 2,
-                    "max_requests": 4},  # fmt: skip
+            config={
+                "num_blocks": 6,
+                "block_size": 2,
+                "max_model_len": 8,
+                "vocab": 2,
+                "max_requests": 4,
+            },
             variants=("unhashed_first",),
         ),
     ),

@@ -197,7 +197,9 @@ class PrefixCacheHarness:
     # ------------------------------------------------------------ raw manager calls
     def get_computed_blocks(self, rid: str, cap: int | None = None) -> list[Any]:
         req = self._req(rid)
-        found = self.m.get_computed_blocks(req) if cap is None else self.m.get_computed_blocks(req, cap)
+        found = (
+            self.m.get_computed_blocks(req) if cap is None else self.m.get_computed_blocks(req, cap)
+        )
         return [self._ids(found[0]), found[1]]
 
     def allocate_slots(

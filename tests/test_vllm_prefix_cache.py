@@ -67,7 +67,10 @@ def test_upstream_prefill_trace(
 @pytest.mark.parametrize("cls", MANAGERS)
 @pytest.mark.parametrize(
     ("order", "expected"),
-    [("classic", [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]), ("unhashed_first", [6, 10, 5, 4, 3, 2, 1, 9, 8, 7])],
+    [
+        ("classic", [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]),
+        ("unhashed_first", [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]),
+    ],
 )
 def test_upstream_evict_trace(cls: Manager, order: str, expected: list[int]) -> None:
     """``test_evict``: a 5-full + 1-partial request and a 3-full request, freed in turn: the

@@ -33,7 +33,14 @@ from spec.vllm.block_pool import (
 class KVCacheBlock:
     """A block with the links of the free queue (``None``/``None``: not in the queue)."""
 
-    __slots__ = ("_block_hash", "block_id", "is_null", "next_free_block", "prev_free_block", "ref_cnt")
+    __slots__ = (
+        "_block_hash",
+        "block_id",
+        "is_null",
+        "next_free_block",
+        "prev_free_block",
+        "ref_cnt",
+    )
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
@@ -111,7 +118,10 @@ class FreeKVCacheBlockQueue:
         self._link(self.fake_free_list_head, blocks, self.fake_free_list_head.next_free_block)
 
     def _link(
-        self, before: KVCacheBlock | None, blocks: Sequence[KVCacheBlock], after: KVCacheBlock | None
+        self,
+        before: KVCacheBlock | None,
+        blocks: Sequence[KVCacheBlock],
+        after: KVCacheBlock | None,
     ) -> None:
         """Splice ``blocks`` (in order) between two adjacent queue members; the counter is
         updated after the links (#24228: a counter bumped before linking goes out of sync)."""

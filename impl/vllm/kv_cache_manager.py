@@ -53,7 +53,7 @@ class FullAttentionManager:
             if entry is None:
                 break  # chained hashes: no later block can hit either
             # relies on prefix_index_consistent: a duplicate entry is a non-empty {id: block}
-            hits.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))
+            hits.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))  # type: ignore[union-attr]
         if self.use_eagle and hits:
             hits.pop()
         return hits
@@ -169,8 +169,14 @@ class KVCacheManager:
                 "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
             )
         if (
-            min(num_new_tokens, num_new_computed_tokens, num_lookahead_tokens,
-                num_external_computed_tokens, reserved_blocks) < 0  # fmt: skip
+            min(
+                num_new_tokens,
+                num_new_computed_tokens,
+                num_lookahead_tokens,
+                num_external_computed_tokens,
+                reserved_blocks,
+            )
+            < 0
             or request.num_tokens > self.max_model_len
             or hits
             or num_external_computed_tokens
@@ -256,7 +262,9 @@ class KVCacheManager:
                 f"{counts[1]} computed tokens for {len(hits)} hit blocks of {self.block_size}"
             )
         if request.num_computed_tokens:
-            raise InvalidArgument(f"prefix hits for request {rid}, which already has computed tokens")
+            raise InvalidArgument(
+                f"prefix hits for request {rid}, which already has computed tokens"
+            )
 
     def free(self, request: Request) -> None:
         blocks = self.pop_blocks_for_free(request)

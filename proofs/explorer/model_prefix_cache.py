@@ -172,8 +172,9 @@ class PrefixCacheModel(Model):
         if g.added < b.requests:
             rid = f"r{g.added}"
             for p in self.prompts:
-                req = Req(rid, p, 0, "WAITING")
-                add(Edge("add_request", (rid, list(p)), lambda _, r=req: _added(g, r)))
+                add(
+                    Edge("add_request", (rid, list(p)), _then(_added, g, Req(rid, p, 0, "WAITING")))
+                )
         for r in g.reqs:
             work = r.computed < len(r.tokens)
             waiting = r.status != "RUNNING"
@@ -184,17 +185,17 @@ class PrefixCacheModel(Model):
                     add(Edge("schedule", (r.rid, budget, token), then))
             if r.status == "RUNNING":
                 add(Edge("get_num_common_prefix_blocks", (r.rid,), readonly=True))
-                add(Edge("preempt", (r.rid,), lambda _, r=r: _with(g, r._replace(
-                    computed=0, status="PREEMPTED"))))  # fmt: skip
-                add(Edge("finish", (r.rid,), lambda _, r=r: _without(g, r)))
-                add(Edge("finish_deferred", (r.rid,), lambda ids, r=r: _deferred(g, r, ids)))
+                preempted = r._replace(computed=0, status="PREEMPTED")
+                add(Edge("preempt", (r.rid,), _then(_with, g, preempted)))
+                add(Edge("finish", (r.rid,), _then(_without, g, r)))
+                add(Edge("finish_deferred", (r.rid,), _then(_deferred, g, r)))
             else:
-                add(Edge("abort", (r.rid,), lambda _, r=r: _without(g, r)))
+                add(Edge("abort", (r.rid,), _then(_without, g, r)))
         for i, table in enumerate(g.deferred):
-            add(Edge("free_blocks", (list(table[::-1]),), lambda _, i=i: _freed(g, (i,))))
+            add(Edge("free_blocks", (list(table[::-1]),), _then(_freed, g, (i,))))
             for j in range(i + 1, len(g.deferred)):
                 both = [*table[::-1], *g.deferred[j][::-1]]
-                add(Edge("free_blocks", (both,), lambda _, i=i, j=j: _freed(g, (i, j))))
+                add(Edge("free_blocks", (both,), _then(_freed, g, (i, j))))
         for block, h in enumerate(snap.block_hashes):
             if h is not None:
                 add(Edge("evict_blocks", ([block],)))
@@ -239,6 +240,14 @@ class PrefixCacheModel(Model):
         return None
 
 
+def _then(step: Callable[..., Gen], gen: Gen, arg: Any) -> Callable[[Any], Gen]:
+    """An edge's ``then``: ``step(gen, arg)``, or ``step(gen, arg, returned)`` for one that reads
+    the call's result (``_deferred``)."""
+    if step is _deferred:
+        return lambda returned: _deferred(gen, arg, returned)
+    return lambda returned: step(gen, arg)
+
+
 def _request_key(r: Any) -> tuple[Any, ...]:
     return (r.request_id, tuple(r.all_token_ids), r.num_computed_tokens, r.status.name)
 
@@ -275,7 +284,7 @@ def _clone_harness(h: Any) -> Any:
     copied once, every structure rebuilt over the copies (free-queue links remapped); any other
     shape (an upstream manager) by the generic :func:`clone`."""
     m = h.m if type(h) is PrefixCacheHarness else None
-    if type(m) not in _MANAGERS:
+    if m is None or type(m) not in _MANAGERS:
         return clone(h)
     new = object.__new__
     pool = m.block_pool
@@ -289,7 +298,12 @@ def _clone_harness(h: Any) -> Any:
     bmap: dict[int, Any] = {}
     for b in every:
         c = bmap[id(b)] = new(kind)
-        c.block_id, c.ref_cnt, c._block_hash, c.is_null = b.block_id, b.ref_cnt, b._block_hash, b.is_null
+        c.block_id, c.ref_cnt, c._block_hash, c.is_null = (
+            b.block_id,
+            b.ref_cnt,
+            b._block_hash,
+            b.is_null,
+        )
     if kind is ImplBlock:
         for b in every:
             c, prev, nxt = bmap[id(b)], b.prev_free_block, b.next_free_block
@@ -320,7 +334,9 @@ def _clone_harness(h: Any) -> Any:
     n_single = new(type(single))
     n_single.__dict__.update(single.__dict__)
     n_single.block_pool = n_pool
-    n_single.req_to_blocks = {r: [bmap[id(b)] for b in bl] for r, bl in single.req_to_blocks.items()}
+    n_single.req_to_blocks = {
+        r: [bmap[id(b)] for b in bl] for r, bl in single.req_to_blocks.items()
+    }
     n_single.num_cached_block = single.num_cached_block.copy()
     n_m = new(type(m))
     n_m.__dict__.update(m.__dict__)

@@ -91,7 +91,11 @@ def hash_block_tokens(parent: BlockHash | None, tokens: Sequence[int]) -> BlockH
     text, ``b"#…"`` (so long prompts keep short hashes)."""
     text = ",".join(str(t) for t in tokens).encode()
     full = text if parent is None else parent + b"/" + text
-    return full if len(full) <= 96 else b"#" + hashlib.blake2b(full, digest_size=12).hexdigest().encode()
+    return (
+        full
+        if len(full) <= 96
+        else b"#" + hashlib.blake2b(full, digest_size=12).hexdigest().encode()
+    )
 
 
 class Request:
@@ -143,9 +147,10 @@ class Request:
 # ----------------------------------------------------------------------------- results
 @dataclass
 class KVCacheBlocks:
-    """Blocks per KV-cache group (one group here): ``blocks[0]`` is the list."""
+    """Blocks per KV-cache group (one group here): ``blocks[0]`` is the list (of spec or impl
+    blocks: the type is the interface between the scheduler and either manager)."""
 
-    blocks: tuple[Sequence[KVCacheBlock], ...]
+    blocks: tuple[Sequence[Any], ...]
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         return tuple([b.block_id for b in group] for group in self.blocks)
@@ -305,7 +310,7 @@ class KVCacheManager:
     def usage(self) -> float:
         return self.block_pool.get_usage()
 
-    def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
+    def create_kv_cache_blocks(self, blocks: tuple[Sequence[Any], ...]) -> KVCacheBlocks:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
     def get_computed_blocks(
