@@ -64,6 +64,7 @@ __all__ = [
     "CHECKS",
     "EQUIVALENT",
     "PLANTED",
+    "SMOKE_PLANTED",
     "VERIFY_PLANTED",
     "Check",
     "Outcome",
@@ -93,6 +94,7 @@ class Check:
     about: str
     expect: str = "pass"
     quick: bool = False  # part of ``kvspec verify``'s subset
+    smoke: bool = False  # part of ``kvspec verify --quick``'s smaller subset (seconds each)
     per_path_timeout: float = 10.0
     timeout: float = 600.0  # wall-clock guard, seconds, at budget scale 1
     env: tuple[tuple[str, str], ...] = ()
@@ -152,6 +154,7 @@ CHECKS: tuple[Check, ...] = (
         budget=100,
         about="PR #579: one running-reservation snapshot per step, same admission decisions",
         quick=True,
+        smoke=True,
     ),
     Check(
         "reservation-counter-vs-scan",
@@ -160,6 +163,7 @@ CHECKS: tuple[Check, ...] = (
         budget=100,
         about="exact-reservation PR: the incremental counter equals the running-queue scan",
         quick=True,
+        smoke=True,
     ),
     Check(
         "arc-one-pass-vs-rescan",
@@ -193,6 +197,7 @@ CHECKS: tuple[Check, ...] = (
         budget=50,
         about="one decision per check; a failed mamba pre-check never admits; snapshot once",
         quick=True,
+        smoke=True,
     ),
     Check(
         "contract-reservation-counter",
@@ -201,6 +206,7 @@ CHECKS: tuple[Check, ...] = (
         budget=50,
         about="counter deltas keep it >= 0; one value per event",
         quick=True,
+        smoke=True,
     ),
     Check(
         "contract-arc-one-pass",
@@ -236,6 +242,7 @@ CHECKS: tuple[Check, ...] = (
         budget=40,
         about="hypothesis properties (counter vs scan, snapshot vs per-check scan) on CrossHair",
         quick=True,
+        smoke=True,
     ),
     Check(
         "backend-reclaim-property",
@@ -396,6 +403,8 @@ EQUIVALENT: tuple[Check, ...] = (
 )
 
 # ``kvspec verify`` runs the quick checks and these planted ones (one per kernel pair).
+# the planted checks of ``kvspec verify --quick``: one per smoke kernel pair
+SMOKE_PLANTED = ("planted-admission-hoists-extra", "planted-counter-skips-dequeue")
 VERIFY_PLANTED = (
     "planted-reclaim-off-by-one",
     "planted-admission-hoists-extra",
@@ -644,16 +653,27 @@ def run(
     scale: float = 1.0,
     on_result: Callable[[Outcome], None] | None = None,
     on_start: Callable[[Check], None] | None = None,
+    jobs: int = 1,
 ) -> list[Outcome]:
-    outcomes = []
-    for check in checks:
+    """Run ``checks``; their outcomes in the same order. ``jobs`` > 1 keeps that many CrossHair
+    subprocesses going at once (each check is its own process with its own budget, so the
+    verdicts do not depend on ``jobs``; ``on_result`` is then called in completion order)."""
+    chosen = list(checks)
+
+    def one(check: Check) -> Outcome:
         if on_start is not None:
             on_start(check)
         outcome = run_check(check, scale)
-        outcomes.append(outcome)
         if on_result is not None:
             on_result(outcome)
-    return outcomes
+        return outcome
+
+    if jobs <= 1:
+        return [one(check) for check in chosen]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on subprocesses
+        return list(pool.map(one, chosen))
 
 
 def kill_planted(mutant_name: str, budget: float) -> tuple[str, float, str] | None:
