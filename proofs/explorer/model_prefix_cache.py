@@ -285,7 +285,7 @@ def _clone_harness(h: Any) -> Any:
     shape (an upstream manager) by the generic :func:`clone`."""
     m = h.m if type(h) is PrefixCacheHarness else None
     if m is None or type(m) not in _MANAGERS:
-        return clone(h)
+        return clone(h, _shared_config(m))
     new = object.__new__
     pool = m.block_pool
     queue = pool.free_block_queue
@@ -349,6 +349,19 @@ def _clone_harness(h: Any) -> Any:
     n_h.m = n_m
     n_h.requests = {rid: _clone_request(r) for rid, r in h.requests.items()}
     return n_h
+
+
+def _shared_config(m: Any) -> dict[int, Any]:
+    """A clone memo that shares an upstream manager's KV-cache configuration (immutable; its
+    specs hold torch dtypes, which cannot be copied field by field)."""
+    memo: dict[int, Any] = {}
+    config = getattr(m, "kv_cache_config", None)
+    if config is not None:
+        memo[id(config)] = config
+        for group in getattr(config, "kv_cache_groups", ()):
+            memo[id(group)] = group
+            memo[id(group.kv_cache_spec)] = group.kv_cache_spec
+    return memo
 
 
 def _clone_request(r: Any) -> Any:
