@@ -269,6 +269,7 @@ def test_verify_stage_passes_on_impl(monkeypatch: pytest.MonkeyPatch) -> None:
         "infinilm-scheduler": {"pages": 2, "requests": 1, "prompt_tokens": 2, "max_new": 1},
         "vllm-arc": {"capacity": 1, "keys": 2},
         "vllm-lru": {"capacity": 1, "keys": 2},
+        "vllm-prefix-cache": {"blocks": 2, "requests": 1, "max_model_len": 2},
     }
     for name, scope in tiny.items():
         comp = components.get(name)
