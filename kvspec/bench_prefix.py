@@ -10,9 +10,9 @@ pools of 1,024 to 32,768 blocks of 16 tokens:
 * ``allocate_evicting`` — a new request taking 64 blocks from the head of the queue, evicting their
   cache entries (``allocate_slots``).
 
-Both sides run the same fixture, interleaved round by round (``kvspec.bench._interleaved``); the
-result is ``baseline / impl`` per case. Before timing, both sides do the call once and must end
-in equal snapshots, or the bench raises.
+Both sides run the same fixture, interleaved round by round (``kvspec.bench`` times it with its
+``_interleaved`` and makes the rows); the result is ``baseline / impl`` per case. Before timing,
+both sides do the call once and must end in equal snapshots, or the bench raises.
 """
 
 from __future__ import annotations
@@ -80,13 +80,20 @@ def _check_same(n: int, scenario: str) -> None:
         raise AssertionError(f"spec and impl differ after {scenario} on {n} blocks")
 
 
-def bench_prefix_cache(rounds: int, quick: bool = False) -> Iterator[Any]:
-    from kvspec.bench import Row, _interleaved
+Timer = Callable[..., dict[str, float]]
 
+
+def bench_prefix_cache(
+    rounds: int, quick: bool, interleaved: Timer
+) -> Iterator[tuple[dict[str, Any], float, float]]:
+    """Rows ``(case, baseline_us, impl_us)``, timed by ``interleaved`` (``kvspec.bench``'s
+    ``_interleaved``: the sides alternate within every round, the median of each is kept)."""
     for scenario in ("admit_hits", "free_request", "allocate_evicting"):
         for n in QUICK_CASES if quick else CASES:
             _check_same(min(n, 1024), scenario)
-            sides = {"baseline": _Fixture(SpecManager, n, scenario),
-                     "impl": _Fixture(ImplManager, n, scenario)}  # fmt: skip
-            med = _interleaved(rounds, sides, "run", (), lambda f: f.restore())
-            yield Row({"scenario": scenario, "num_blocks": n}, med["baseline"], med["impl"])
+            sides = {
+                "baseline": _Fixture(SpecManager, n, scenario),
+                "impl": _Fixture(ImplManager, n, scenario),
+            }
+            med = interleaved(rounds, sides, "run", (), lambda f: f.restore())
+            yield {"scenario": scenario, "num_blocks": n}, med["baseline"], med["impl"]

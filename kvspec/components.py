@@ -444,7 +444,7 @@ _BUILTIN: tuple[Component, ...] = (
     Component(
         name="vllm-prefix-cache",
         summary="vLLM v1's GPU prefix cache, BlockPool + KVCacheManager with one full-attention "
-        "group (docs/vllm.md §5, docs/vllm-prefix-cache.md)",
+        "group (docs/vllm.md §5, docs/vllm-kv-cache-manager.md)",
         spec="spec.vllm.kv_cache_manager:KVCacheManager",
         impl="impl.vllm.kv_cache_manager:KVCacheManager",
         required_api=_VLLM_PREFIX_CACHE_API,

@@ -6,8 +6,9 @@ full-attention group, behind kvspec's constructor.
 reads (``block_pool``, ``coordinator.single_type_managers[0]``, the free queue, the hash map, the
 event queue, ``usage``) is upstream's own. The subclass only builds what upstream's constructor
 needs from kvspec's arguments — a ``KVCacheConfig`` with one ``FullAttentionSpec`` group of
-``block_size`` tokens, ``hash_block_size == scheduler_block_size == block_size`` (docs/vllm-prefix-cache.md
-§8) — passing only the keywords the release takes, and offers the harness three hooks:
+``block_size`` tokens, ``hash_block_size == scheduler_block_size == block_size``
+(docs/vllm-kv-cache-manager.md §8) — passing only the keywords the release takes, and offers the
+harness three hooks:
 
 * ``kvspec_request(request_id, prompt, block_size)``: a request whose ``block_hashes`` are computed
   by the release's own hasher (``get_request_block_hasher`` over ``hash_block_tokens``, sha256,

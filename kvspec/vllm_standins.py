@@ -6,7 +6,7 @@ at run time, from the wheel you downloaded (``pip download vllm==0.33.0 --no-dep
 (config, logger, envs, platform, metrics, request, events, …), so that with ``PYTHONPATH=DEST``
 the release's real ``KVCacheManager`` / ``BlockPool`` (and CPU offload manager) import in seconds
 on a machine without a GPU, with CPU torch and numpy only. ``kvspec … --target vllm`` then checks
-them (docs/vllm-prefix-cache.md §8, docs/vllm-releases.md §12). Nothing of upstream is ever part
+them (docs/vllm-kv-cache-manager.md §8, docs/vllm-releases.md §12). Nothing of upstream is ever part
 of kvspec: the tree is written to ``DEST`` only.
 
 The stand-ins provide only names the copied modules use at import time or on the paths kvspec

@@ -304,7 +304,7 @@ def offload_no_live_eviction(
 
 
 # ----------------------------------------------------------------------------- vLLM GPU prefix cache
-# docs/vllm.md §5.4 (invariants 1-12) over a PrefixCacheSnapshot (docs/vllm-prefix-cache.md §7).
+# docs/vllm.md §5.4 (invariants 1-12) over a PrefixCacheSnapshot (docs/vllm-kv-cache-manager.md §7).
 def gpu_free_queue_partition(s: PrefixCacheSnapshot) -> Violation:
     """``free_and_used_partition_pool`` (§5.4 2, 4): the free queue holds every non-null block with
     ``ref_cnt == 0`` exactly once and nothing else (no block both free and held, the null block

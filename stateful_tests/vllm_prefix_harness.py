@@ -1,7 +1,7 @@
 """One vLLM-style KV-cache manager with its requests, driven by JSON-able scheduler calls.
 
 A :class:`PrefixCacheHarness` plays vLLM's scheduler for one manager (docs/vllm.md §5.3 "how the
-scheduler uses it", docs/vllm-prefix-cache.md §5): it owns that manager's request objects, turns
+scheduler uses it", docs/vllm-kv-cache-manager.md §5): it owns that manager's request objects, turns
 request ids and block ids into the manager's own objects, and returns plain values (block id
 lists, ``None``, event rows) so that two harnesses — spec and target — can be compared call by call
 and a trace replays. Its calls are of two kinds:

@@ -1,6 +1,6 @@
 """vLLM v1's GPU prefix-cache ``BlockPool`` (``vllm/v1/core/block_pool.py``) — the executable spec.
 
-Source of truth: docs/vllm.md §5.1–§5.2 and docs/vllm-prefix-cache.md §2–§4 (releases 0.28.0 to
+Source of truth: docs/vllm.md §5.1–§5.2 and docs/vllm-kv-cache-manager.md §2–§4 (releases 0.28.0 to
 0.33.0). The three data structures are the obvious ones: the free queue is a Python list (head =
 index 0 = evicted first), the hash map is a dict of dicts (``{key: {block_id: block}}``, inner
 dicts in insertion order, duplicates kept), blocks are small records.
@@ -15,7 +15,7 @@ Exact-order rules reproduced (docs/vllm.md §5.2, §8):
   ``"classic"`` (before #42656) sends all of them to the tail;
 * a block keeps its hash while it is free, so a prefix hit can take it back (``touch``).
 
-Where kvspec is stricter than upstream (bad input only; docs/vllm-prefix-cache.md §6):
+Where kvspec is stricter than upstream (bad input only; docs/vllm-kv-cache-manager.md §6):
 
 * ``free_blocks`` rejects a call that would take a block's ref count below 0 (``DoubleFreeError``,
   nothing changes); upstream decrements to -1 silently;

@@ -1,13 +1,13 @@
 """vLLM v1's ``KVCacheManager`` for one full-attention group — the executable spec.
 
-Source of truth: docs/vllm.md §5.3 and docs/vllm-prefix-cache.md §2–§6 (releases 0.28.0 to
+Source of truth: docs/vllm.md §5.3 and docs/vllm-kv-cache-manager.md §2–§6 (releases 0.28.0 to
 0.33.0). The manager owns a :class:`~spec.vllm.block_pool.BlockPool` and one full-attention
 single-type manager (``coordinator.single_type_managers[0]``: ``req_to_blocks``,
 ``num_cached_block``), under upstream's attribute names so that the same snapshot reader reads an
 upstream manager. The scheduler is *not* here: callers set ``request.num_computed_tokens`` and
-``request.status`` themselves and append output tokens (docs/vllm-prefix-cache.md §5).
+``request.status`` themselves and append output tokens (docs/vllm-kv-cache-manager.md §5).
 
-Variants (constructor keywords, defaults = 0.33.0; docs/vllm-prefix-cache.md §3):
+Variants (constructor keywords, defaults = 0.33.0; docs/vllm-kv-cache-manager.md §3):
 
 * ``free_order``: ``"unhashed_first"`` (#42656, all six releases) or ``"classic"``;
 * ``adopt_computed_tokens``: ``allocate_slots`` with no new and no external tokens but prefix hits
@@ -26,7 +26,7 @@ Quirks reproduced (upstream behaviour, named):
 * *clamp* — slots are never allocated past ``max_model_len`` (``min(…, max_model_len)``).
 
 Where kvspec is stricter than upstream (bad input only, validated before any change;
-docs/vllm-prefix-cache.md §6): negative counts, prefix hits whose token count is not
+docs/vllm-kv-cache-manager.md §6): negative counts, prefix hits whose token count is not
 ``len(blocks) * block_size``, hits for a request with computed tokens, and requests longer than
 ``max_model_len`` are ``InvalidArgument``; hits for a request that already holds blocks are
 ``RequestStateError`` (an ``AssertionError``, as upstream's own check).
