@@ -27,7 +27,7 @@ block ids to evict.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -81,9 +81,12 @@ def draw_config(c: Chooser, variant: str | None) -> Config:
     )
 
 
-def prefixes(h: PrefixCacheHarness) -> dict[str, list[str]]:
-    """Request id -> the labels of its block hashes (the content each cached block must have)."""
-    return {rid: [h.label(x) for x in r.block_hashes] for rid, r in h.requests.items()}
+def prefixes(h: PrefixCacheHarness, rids: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """Request id -> the labels of its block hashes (the content each cached block must have), for
+    ``rids`` (default: every request of the harness)."""
+    reqs = h.requests
+    chosen = reqs if rids is None else [rid for rid in rids if rid in reqs]
+    return {rid: [h.label(x) for x in reqs[rid].block_hashes] for rid in chosen}
 
 
 class Driver:
@@ -151,7 +154,8 @@ class Driver:
         problem = inv.gpu_ref_counts_match_holders(snap, self.deferred)
         if problem:
             return "referenced_count_matches_live_pages", problem
-        problem = inv.gpu_block_hashes_match_content(snap, prefixes(self.spec_h))
+        holding = [rid for rid, ids in snap.req_to_blocks if ids]
+        problem = inv.gpu_block_hashes_match_content(snap, prefixes(self.spec_h, holding))
         if problem:
             return "block_hashes_match_content", problem
         if not snap.req_to_blocks and not self.deferred:

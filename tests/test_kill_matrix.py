@@ -26,7 +26,8 @@ def test_every_mutant_is_killed_by_the_fuzzer_within_budget(name: str) -> None:
     row = mutants.run_matrix([CATALOGUE[name]], ["fuzzer"], BUDGET)[0]
     attempt = row.attempts[0]
     assert attempt.status == "killed", attempt
-    assert attempt.repro_steps is not None and attempt.repro_steps >= 1
+    # 0 steps: the target differs as soon as it is built (G7: a usage figure that is never 0)
+    assert attempt.repro_steps is not None and attempt.repro_steps >= 0
 
 
 def test_a_correct_class_survives_and_fails_the_matrix() -> None:

@@ -35,6 +35,7 @@ docs/vllm-kv-cache-manager.md §6): negative counts, prefix hits whose token cou
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -484,6 +485,7 @@ class PrefixCacheSnapshot(NamedTuple):
         return [name for name, a, b in zip(self._fields, self, other, strict=True) if a != b]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def text_label(block_hash: bytes) -> str:
     """kvspec's hashes are their token text; anything else shows as hex."""
     try:
