@@ -184,7 +184,7 @@ def test_unsupported_release_and_missing_vllm_are_one_line_errors(
     monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda: "0.33.0")
     monkeypatch.delitem(sys.modules, "vllm.v1.core.kv_cache_manager")
     monkeypatch.setitem(sys.modules, "vllm.v1.core.kv_cache_manager", None)  # type: ignore[arg-type]
-    with pytest.raises(TargetError, match="importable vllm.v1.core.kv_cache_manager"):
+    with pytest.raises(TargetError, match=r"importable vllm\.v1\.core\.kv_cache_manager"):
         _ = vllm_prefix_adapter.VllmKVCacheManager
 
 
