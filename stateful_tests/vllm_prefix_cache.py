@@ -543,5 +543,21 @@ CHECKER = CheckerDef(
             },
             variants=("unhashed_first",),
         ),
+        # up to 0.31: the common-prefix count with a holder that has no cached count,
+        # full_sequence_must_fit refusing, an event parent after its block was evicted
+        Example(
+            24,
+            steps=200,
+            config={
+                "num_blocks": 5,
+                "block_size": 2,
+                "max_model_len": 8,
+                "vocab": 2,
+                "max_requests": 3,
+                "enable_kv_cache_events": True,
+                "enable_caching": True,
+            },
+            variants=("r0.31",),
+        ),
     ),
 )

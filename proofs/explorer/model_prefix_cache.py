@@ -35,7 +35,8 @@ class PrefixCacheBounds:
     """The small scope: a pool of ``blocks`` blocks (the null block included) of ``block_size``
     tokens, ``max_model_len`` tokens per request, at most ``requests`` requests over the whole run
     with prompts of 1..``prompt_tokens`` tokens from ``0..vocab-1``, sampled tokens from
-    ``0..gen_vocab-1``; token budgets 1 and unlimited (and 0, adopting hits only)."""
+    ``0..gen_vocab-1``; token budgets 1 and unlimited (and 0, adopting hits only); admissions with
+    ``full_sequence_must_fit`` and with one reserved block."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -183,6 +184,9 @@ class PrefixCacheModel(Model):
                 for token in range(b.gen_vocab if budget else 1):
                     then = self._scheduled(g, r, budget, token)
                     add(Edge("schedule", (r.rid, budget, token), then))
+            if waiting:  # a first chunk whose whole sequence must fit; one block kept back
+                add(Edge("schedule", (r.rid, 1, 0, 0, 0, True, 0), self._scheduled(g, r, 1, 0)))
+                add(Edge("schedule", (r.rid, 64, 0, 0, 0, False, 1), self._scheduled(g, r, 64, 0)))
             if r.status == "RUNNING":
                 add(Edge("get_num_common_prefix_blocks", (r.rid,), readonly=True))
                 preempted = r._replace(computed=0, status="PREEMPTED")
