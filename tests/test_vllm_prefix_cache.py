@@ -258,4 +258,14 @@ def test_explorer_finds_a_planted_bug_with_a_short_trace() -> None:
                             overrides={"max_model_len": 2, "requests": 1})  # fmt: skip
     violations = out.to_json()["violations"]
     assert violations and violations[0]["check"] == "identical_eviction_order"
-    assert violations[0]["depth"] <= 4
+    assert violations[0]["depth"] <= 4 and violations[0]["replay"] == "reproduced"
+
+
+def test_a_fuzzed_counterexample_replays_on_the_bug_and_not_on_the_impl() -> None:
+    comp = components.get(NAME)
+    m = comp.planted[[p.name for p in comp.planted].index("touch_before_capacity_check")]
+    failed = comp.fuzz(m.cls, "mutant", 5_000, 0, inputs="well-formed")
+    assert failed.trace is not None and not failed.passed
+    again = comp.replay(failed.trace, m.cls, "mutant")
+    assert again.failure is not None and again.failure.check == failed.trace["failure"]["check"]
+    assert comp.replay(failed.trace, ImplManager, "impl").passed
