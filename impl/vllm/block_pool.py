@@ -301,7 +301,7 @@ class BlockPool:
         caching = self.enable_caching
         for done, block in enumerate(ordered):
             block.ref_cnt -= 1
-            if block.ref_cnt < 0:  # validate-first by undoing: nothing changed when we raise
+            if block.ref_cnt < 0:  # validate-first by undoing (atomic_failure): nothing changed
                 for earlier in ordered[: done + 1]:
                     earlier.ref_cnt += 1
                 over = sorted({b.block_id for b in ordered if ordered.count(b) > b.ref_cnt})

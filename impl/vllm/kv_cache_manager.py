@@ -200,6 +200,8 @@ class KVCacheManager:
         tracked = rid in single.num_cached_block
         bs = self.block_size
         if tracked:  # fast path, a running request: it has no hits (validated above)
+            # relies on the bookkeeping cached_blocks_are_a_prefix reads: a request gets a cached
+            # count only with a block list (adoption and cache_blocks create both; free pops both)
             assert req_blocks is not None
             missing = -(-need_slots // bs) - len(req_blocks)
             if max(missing, 0) + watermark > free - reserved_blocks:
