@@ -116,8 +116,11 @@ def bench(document: Mapping[str, Any], path: str | Path) -> Path:
                 )
                 pr_shown = True
     ax.axhline(1.0, color="black", lw=0.6, ls="--")
-    sizes = [p["size"] for p in points]
-    ax.set_xscale("symlog" if min(sizes) <= 0 else "log")
+    sizes = sorted({p["size"] for p in points})
+    ax.set_xscale("symlog" if sizes[0] <= 0 else "log")
+    ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+    ax.minorticks_off()
+    ax.margins(x=0.25)  # room for the notes right of the largest size
     ax.set_yscale("log")
     ax.set_xlabel(points[0]["size_key"] if points else "size")
     ax.set_ylabel("ratio = baseline / impl (×)")
@@ -151,33 +154,39 @@ def explore(document: Mapping[str, Any], path: str | Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- soak
+def rates(t: Sequence[float], ops: Sequence[int], window: float) -> list[float]:
+    """Calls/s at each sample over the last ``window`` seconds (since the start, before that)."""
+    out, j = [], 0
+    for i in range(len(t)):
+        while j + 1 < i and t[i] - t[j + 1] >= window:
+            j += 1
+        start = j if t[i] - t[j] >= window else 0
+        out.append((ops[i] - ops[start]) / (t[i] - t[start]) if t[i] > t[start] else 0.0)
+    return out
+
+
 def soak(document: Mapping[str, Any], path: str | Path) -> Path:
-    """Aggregate calls/s (over the last few finished tasks, and the running average) and the
-    number of distinct coverage keys, against wall time."""
+    """Aggregate calls/s (over a sliding window, and the running average) and the number of
+    distinct coverage keys, against wall time (samples: each finished task)."""
     fig = _figure(rows=2)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    timeline = document["timeline"]
+    timeline = [{"seconds": 0.0, "ops": 0, "coverage_keys": 0}, *document["timeline"]]
     t = [p["seconds"] for p in timeline]
     ops = [p["ops"] for p in timeline]
-    window = max(1, document["workers"])
-    rate = [
-        (ops[i] - ops[max(0, i - window)]) / (t[i] - t[max(0, i - window)])
-        if i and t[i] > t[max(0, i - window)]
-        else (ops[i] / t[i] if t[i] else 0.0)
-        for i in range(len(t))
-    ]
-    top.plot(t, rate, "-", lw=1, label=f"over the last {window} task(s)")
-    top.plot(t, [o / s if s else 0.0 for o, s in zip(ops, t, strict=True)], "--", label="average")
+    window = max(1.0, t[-1] / 20)
+    top.plot(t[1:], rates(t, ops, window)[1:], "-", lw=1, label=f"over the last {window:.1f} s")
+    top.plot(t[1:], [o / s for o, s in zip(ops[1:], t[1:], strict=True)], "--", label="average")
     top.set_ylabel("lockstep calls/s")
     top.set_ylim(bottom=0)
     top.legend(fontsize=8)
     top.grid(True, alpha=0.25)
     top.set_title(
         f"kvspec soak {document['component']} vs {document['target']}: "
-        f"{document['ops']:,} calls, {document['workers']} {document['backend']} workers"
+        f"{document['ops']:,} calls, {document['workers']} workers ({document['backend']})"
     )
     bottom.step(t, [p["coverage_keys"] for p in timeline], where="post", color="tab:green")
-    bottom.set_ylabel("coverage keys")
+    bottom.set_ylim(bottom=0)
+    bottom.set_ylabel("distinct coverage keys")
     bottom.set_xlabel("seconds")
     bottom.grid(True, alpha=0.25)
     return _save(fig, path)

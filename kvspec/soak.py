@@ -328,7 +328,9 @@ def report(
     cpu = sum(d["cpu_seconds"] for d in soak.done)
     seeds = [d["seed"] for d in soak.done]
     step = max(1, -(-len(soak.timeline) // TIMELINE_POINTS))
-    timeline = soak.timeline[::step] + ([soak.timeline[-1]] if soak.timeline[-1:] else [])
+    timeline = soak.timeline[::step]
+    if soak.timeline and timeline[-1] is not soak.timeline[-1]:
+        timeline.append(soak.timeline[-1])  # the last sample always: the run's totals
     return {
         "component": comp.name,
         "target": label,
@@ -425,7 +427,7 @@ def _print(document: Mapping[str, Any], args: argparse.Namespace) -> None:
         f"soak {document['component']} vs {document['target']}: {document['ops']:,} calls in "
         f"{document['seconds']:.1f}s ({document['ops_per_second'] or 0:,} calls/s, "
         f"{document['calls_per_cpu_second'] or 0:,.0f} per CPU second) on {document['workers']} "
-        f"{document['backend']} workers, {document['coverage_keys']} coverage keys, stopped by "
+        f"workers ({document['backend']}), {document['coverage_keys']} coverage keys, stopped by "
         f"{document['stopped_by']}: {verdict}"
         + (f"; plot {document['plot']}" if document["plot"] else "")
     )
