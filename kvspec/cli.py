@@ -357,7 +357,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Every stage that exists, on embedded defaults, with a summary table."""
     from kvspec import verify
 
-    stages = verify.run_all(quick=args.quick, show_progress=not args.json, console=ERR)
+    jobs = verify.default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+    stages = verify.run_all(quick=args.quick, show_progress=not args.json, console=ERR, jobs=jobs)
     emit({"stages": [s.to_json() for s in stages]}, args.json)
     if not args.json:
         OUT.print(verify_table(stages))
@@ -443,6 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="run every stage on embedded defaults")
     p.add_argument("--quick", action="store_true", help="smaller budgets (smoke run)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="checking stages side by side on N processes (default: the CPUs available; "
+        "1 runs everything in this process)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 

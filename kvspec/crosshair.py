@@ -136,24 +136,31 @@ def cmd_crosshair(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def verify_stage() -> tuple[str, str]:
-    """``kvspec verify``'s CrossHair stage: the quick subset at its own budgets, plus one planted
-    bug per kernel pair to show the budget sees bugs; ``(status, summary)``."""
+def verify_stage(quick: bool = False, jobs: int = 1) -> tuple[str, str]:
+    """``kvspec verify``'s CrossHair stage at the checks' own budgets: the verify subset plus one
+    planted bug per kernel pair, to show the budget sees bugs; with ``quick`` the smoke subset
+    (the scheduler kernels, seconds each) and its planted bugs. ``jobs`` CrossHair runs at once.
+    Returns ``(status, summary)``."""
     from proofs import crosshair_checks as cc
 
     if not cc.crosshair_available():
-        return "skip", "crosshair-tool is not installed"
-    planted = [c for c in cc.PLANTED if c.name in cc.VERIFY_PLANTED]
-    checks = [c for c in cc.CHECKS if c.quick] + planted
+        return "skip", "crosshair-tool is not installed (pip install crosshair-tool)"
+    names = cc.SMOKE_PLANTED if quick else cc.VERIFY_PLANTED
+    planted = [c for c in cc.PLANTED if c.name in names]
+    checks = [c for c in cc.CHECKS if (c.smoke if quick else c.quick)] + planted
     if not cc.hypothesis_crosshair_available():
         checks = [c for c in checks if c.kind != "backend"]
     started = time.perf_counter()
-    outcomes = cc.run(checks)
+    outcomes = cc.run(checks, jobs=jobs)
     seconds = time.perf_counter() - started
     bad = [o for o in outcomes if o.status != "pass"]
     if bad:
         return "fail", "; ".join(f"{o.name}: {o.status}: {o.detail[:200]}" for o in bad)
-    skipped = "" if cc.hypothesis_crosshair_available() else " (hypothesis-crosshair missing)"
+    skipped = (
+        ""
+        if cc.hypothesis_crosshair_available()
+        else " (backend checks skipped: pip install hypothesis-crosshair)"
+    )
     return "pass", (
         f"{len(outcomes) - len(planted)} checks passed, {len(planted)} planted bugs found in "
         f"{seconds:.1f} s{skipped}"

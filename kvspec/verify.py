@@ -4,14 +4,23 @@ Stages, read from the component registry: for every component the lockstep hypot
 (impl vs spec, ``ci`` profile, every variant) and the seeded fuzzer (every variant); the kill
 matrix's fuzzer column (every planted bug must die); each component's own extra stages (e.g. the
 scheduler's admission soundness and admission predictor); the exhaustive explorer on small
-complete scopes; the z3 theorems; a quick CrossHair subset; the tiny CPU GPU-smoke; every
-component's bench suites, quick (side-by-side ratios, reported, never asserted).
+complete scopes; the z3 theorems; a CrossHair subset; the tiny CPU GPU-smoke; every component's
+bench suites, quick (side-by-side ratios, reported, never asserted).
+
+With ``jobs`` > 1 the checking stages run side by side on forked worker processes (each stage is
+independent and deterministic, so the verdicts are those of a serial run), the costliest first;
+the bench stages run afterwards, one at a time, with nothing else of kvspec's running, because
+their ratios are timings.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import resource
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,23 +38,32 @@ class Stage:
     status: str  # pass | fail | skip
     seconds: float
     summary: str
+    cpu_seconds: float = 0.0  # the stage's process and the subprocesses it waited for
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "status": self.status,
             "seconds": round(self.seconds, 2),
+            "cpu_seconds": round(self.cpu_seconds, 2),
             "summary": self.summary,
         }
 
 
+def _cpu() -> float:
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _timed(name: str, body: StageBody) -> Stage:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu()
     try:
         status, summary = body()
     except Exception as exc:  # a stage that crashes is a failed stage, reported, not a traceback
         status, summary = "fail", f"crashed: {type(exc).__name__}: {exc}"
-    return Stage(name, status, time.perf_counter() - started, summary)
+    return Stage(name, status, time.perf_counter() - started, summary, _cpu() - cpu)
 
 
 def _per_variant(
@@ -140,20 +158,30 @@ def _bench(suite: str) -> StageBody:
     return body
 
 
-def _layer(module: str) -> StageBody:
-    """A checking layer's own verify stage (``kvspec.MODULE.verify_stage``)."""
+def _layer(module: str, **options: Any) -> StageBody:
+    """A checking layer's own verify stage (``kvspec.MODULE.verify_stage(**options)``)."""
 
     def body() -> tuple[str, str]:
         import importlib
 
-        stage: tuple[str, str] = importlib.import_module(f"kvspec.{module}").verify_stage()
+        layer = importlib.import_module(f"kvspec.{module}")
+        stage: tuple[str, str] = layer.verify_stage(**options)
         return stage
 
     return body
 
 
-def plan(quick: bool) -> list[tuple[str, StageBody]]:
-    """Every stage, in order: (name, body)."""
+def default_jobs() -> int:
+    """The CPUs this process may run on (at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not every platform has affinity masks
+        return max(1, os.cpu_count() or 1)
+
+
+def plan(quick: bool, jobs: int = 1) -> list[tuple[str, StageBody]]:
+    """Every stage, in order: (name, body). ``jobs``: how many CrossHair runs the CrossHair
+    stage may keep going at once."""
     stages: list[tuple[str, StageBody]] = []
     every = components.all_components()
     for comp in every:
@@ -167,7 +195,10 @@ def plan(quick: bool) -> list[tuple[str, StageBody]]:
     stages += [
         ("exhaustive explorer (small scopes)", _layer("exploration")),
         ("z3 theorems (kvspec prove)", _layer("prove")),
-        ("crosshair (quick subset)", _layer("crosshair")),
+        (
+            f"crosshair ({'smoke' if quick else 'verify'} subset)",
+            _layer("crosshair", quick=quick, jobs=jobs),
+        ),
         ("gpu smoke (tiny, CPU)", _layer("smoke")),
     ]
     for comp in every:
@@ -175,14 +206,63 @@ def plan(quick: bool) -> list[tuple[str, StageBody]]:
     return stages
 
 
-def run_all(*, quick: bool, show_progress: bool, console: Console) -> list[Stage]:
-    chosen = plan(quick)
-    stages = []
-    for i, (name, body) in enumerate(chosen, 1):
+def _is_bench(name: str) -> bool:
+    return name.startswith("bench ")
+
+
+# Submission order on a pool: the stages that take longest (measured on the 2-core machine) go
+# first, so that the last one to finish starts early.
+_COSTLIEST_FIRST = ("crosshair", "exhaustive explorer", "planted bugs", "check ", "z3")
+
+
+def _rank(name: str) -> int:
+    return next((i for i, p in enumerate(_COSTLIEST_FIRST) if name.startswith(p)), 99)
+
+
+def _run_planned(quick: bool, jobs: int, index: int) -> Stage:
+    """Run stage ``index`` of ``plan(quick, jobs)`` (in a pool worker: bodies are closures and do
+    not pickle, so the worker rebuilds the plan, which is cheap and deterministic)."""
+    name, body = plan(quick, jobs)[index]
+    return _timed(name, body)
+
+
+def run_all(*, quick: bool, show_progress: bool, console: Console, jobs: int = 1) -> list[Stage]:
+    """Every stage of ``plan(quick)``, in plan order; ``jobs`` > 1 runs the checking stages on
+    that many forked workers (platforms without ``fork`` run serially)."""
+    chosen = plan(quick, jobs)
+    done: dict[int, Stage] = {}
+
+    def report(index: int, stage: Stage) -> None:
+        done[index] = stage
         if show_progress:
-            console.print(f"[{i}/{len(chosen)}] {name} …")
-        stage = _timed(name, body)
+            console.print(
+                f"[{len(done)}/{len(chosen)}] {stage.name}: {stage.status} in "
+                f"{stage.seconds:.1f}s ({stage.cpu_seconds:.1f} CPU-s)"
+            )
+
+    pooled = [i for i, (name, _) in enumerate(chosen) if not _is_bench(name)]
+    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
         if show_progress:
-            console.print(f"      {stage.status} in {stage.seconds:.1f}s")
-        stages.append(stage)
-    return stages
+            console.print(f"{len(pooled)} checking stages on {jobs} workers …")
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures: dict[Future[Stage], int] = {
+                pool.submit(_run_planned, quick, jobs, i): i
+                for i in sorted(pooled, key=lambda i: _rank(chosen[i][0]))
+            }
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    index = futures[future]
+                    try:
+                        stage = future.result()
+                    except Exception as exc:  # a worker that died: the stage failed
+                        stage = Stage(chosen[index][0], "fail", 0.0, f"crashed: {exc!r}")
+                    report(index, stage)
+    for i, (name, body) in enumerate(chosen):
+        if i not in done:
+            if show_progress:
+                console.print(f"[{len(done) + 1}/{len(chosen)}] {name} …")
+            report(i, _timed(name, body))
+    return [done[i] for i in range(len(chosen))]

@@ -1,19 +1,21 @@
 """The CrossHair checks behind ``kvspec crosshair``: one table, one runner, explicit budgets.
 
-Three kinds of check, each run as a subprocess (the CrossHair command line, or the backend runner):
+Three kinds of check, each run in a subprocess of its own that reports JSON: CrossHair's Python
+API through :mod:`proofs.crosshair_runner` (``diff_behavior``; ``analyze_any`` + ``run_checkables``)
+or the backend runner. No verdict is read from text a library prints for people.
 
-* ``diffbehavior`` — ``crosshair diffbehavior LEGACY OPTIMISED``: the optimised kernel behaves as
-  the legacy one on every input CrossHair reaches. Pairs that need one signature go through the
+* ``diffbehavior`` — CrossHair's ``diff_behavior(LEGACY, OPTIMISED)``: the optimised kernel behaves
+  as the legacy one on every input CrossHair reaches. Pairs that need one signature go through the
   plain-data adapters of :mod:`proofs.crosshair_pairs`.
-* ``contract`` — ``crosshair check --report_all``: the PEP 316 ``pre:``/``post:`` contracts of the
+* ``contract`` — CrossHair's contract analysis (PEP 316): the ``pre:``/``post:`` contracts of the
   named kernels hold.
 * ``backend`` — :mod:`proofs.crosshair_backend` on :mod:`proofs.crosshair_properties`, whose
   properties run on Hypothesis' CrossHair backend (``hypothesis-crosshair``); its verdicts are
   JSON, decided by what each property call raised, not by Hypothesis' printed report.
 
 Verdicts. CrossHair is a search, so "found nothing" counts only when the search ran its whole
-budget without an error: ``pass`` needs diffbehavior's "No differences found" (or every
-postcondition "Confirmed"/"Not confirmed", or every property passing) and a clean exit. A
+budget without an error: ``pass`` needs an empty list of behaviour differences (or every
+postcondition ``confirmed``/``cannot_confirm``, or every property passing) and a report. A
 difference, a violated postcondition or a failing property is ``fail``, with the example. A crash,
 a wall-clock timeout, a vacuous precondition, a postcondition that raises, CrossHair noticing
 nondeterminism — anything else — is ``inconclusive``, never a pass.
@@ -46,7 +48,6 @@ import fnmatch
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -63,6 +64,7 @@ __all__ = [
     "CHECKS",
     "EQUIVALENT",
     "PLANTED",
+    "SMOKE_PLANTED",
     "VERIFY_PLANTED",
     "Check",
     "Outcome",
@@ -92,6 +94,7 @@ class Check:
     about: str
     expect: str = "pass"
     quick: bool = False  # part of ``kvspec verify``'s subset
+    smoke: bool = False  # part of ``kvspec verify --quick``'s smaller subset (seconds each)
     per_path_timeout: float = 10.0
     timeout: float = 600.0  # wall-clock guard, seconds, at budget scale 1
     env: tuple[tuple[str, str], ...] = ()
@@ -151,6 +154,7 @@ CHECKS: tuple[Check, ...] = (
         budget=100,
         about="PR #579: one running-reservation snapshot per step, same admission decisions",
         quick=True,
+        smoke=True,
     ),
     Check(
         "reservation-counter-vs-scan",
@@ -159,6 +163,7 @@ CHECKS: tuple[Check, ...] = (
         budget=100,
         about="exact-reservation PR: the incremental counter equals the running-queue scan",
         quick=True,
+        smoke=True,
     ),
     Check(
         "arc-one-pass-vs-rescan",
@@ -192,6 +197,7 @@ CHECKS: tuple[Check, ...] = (
         budget=50,
         about="one decision per check; a failed mamba pre-check never admits; snapshot once",
         quick=True,
+        smoke=True,
     ),
     Check(
         "contract-reservation-counter",
@@ -200,6 +206,7 @@ CHECKS: tuple[Check, ...] = (
         budget=50,
         about="counter deltas keep it >= 0; one value per event",
         quick=True,
+        smoke=True,
     ),
     Check(
         "contract-arc-one-pass",
@@ -235,6 +242,7 @@ CHECKS: tuple[Check, ...] = (
         budget=40,
         about="hypothesis properties (counter vs scan, snapshot vs per-check scan) on CrossHair",
         quick=True,
+        smoke=True,
     ),
     Check(
         "backend-reclaim-property",
@@ -395,6 +403,8 @@ EQUIVALENT: tuple[Check, ...] = (
 )
 
 # ``kvspec verify`` runs the quick checks and these planted ones (one per kernel pair).
+# the planted checks of ``kvspec verify --quick``: one per smoke kernel pair
+SMOKE_PLANTED = ("planted-admission-hoists-extra", "planted-counter-skips-dequeue")
 VERIFY_PLANTED = (
     "planted-reclaim-off-by-one",
     "planted-admission-hoists-extra",
@@ -449,23 +459,15 @@ def command(check: Check, scale: float = 1.0) -> list[str]:
     budget, _ = scaled(check, scale)
     if check.kind == "backend":
         return [sys.executable, "-m", "proofs.crosshair_backend", *check.targets]
-    budget_args = [
-        "--max_uninteresting_iterations",
-        str(budget),
-        "--per_path_timeout",
-        str(check.per_path_timeout),
-    ]
-    if check.kind == "diffbehavior":
-        return [sys.executable, "-m", "crosshair", "diffbehavior", *check.targets, *budget_args]
     return [
         sys.executable,
         "-m",
-        "crosshair",
-        "check",
-        "--analysis_kind",
-        "PEP316",
-        "--report_all",
-        *budget_args,
+        "proofs.crosshair_runner",
+        check.kind,
+        "--budget",
+        str(budget),
+        "--per-path-timeout",
+        str(check.per_path_timeout),
         *check.targets,
     ]
 
@@ -480,10 +482,6 @@ def environment(check: Check, scale: float = 1.0) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- verdicts
-_LINE = re.compile(r"^(?P<where>.+?):(?P<line>\d+): (?P<level>info|error|warning): (?P<msg>.*)$")
-_OK_INFO = ("Confirmed over all paths.", "Not confirmed.")
-
-
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
@@ -493,67 +491,86 @@ def _compact(text: str, limit: int = 600) -> str:
     return " ".join(text.split())[:limit]
 
 
+def _report(rc: int, out: str, err: str) -> dict[str, Any] | None:
+    """The runner's JSON document (its last stdout line), or None when there is none."""
+    try:
+        report = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
 def _diffbehavior(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str, str]:
-    """(finding, detail) with finding ``clean`` | ``found`` | ``inconclusive``."""
-    if "Traceback" in err or "Traceback" in out:
-        return "inconclusive", f"crosshair crashed: {_last_line(err or out)}"
-    if rc == 0 and "No differences found" in out:
-        m = re.search(r"attempted (\d+) iterations", out)
-        n = m.group(1) if m else "?"
+    """(finding, detail) with finding ``clean`` | ``found`` | ``inconclusive``, from the
+    :mod:`proofs.crosshair_runner` report of CrossHair's ``diff_behavior``."""
+    report = _report(rc, out, err)
+    if report is None or "finding" not in report:
+        return "inconclusive", f"crosshair runner exit {rc}, no report: {_last_line(err)}"
+    if report.get("error"):
+        return "inconclusive", f"crosshair could not compare: {_compact(report['error'], 300)}"
+    if report["nondeterministic"]:
+        return "inconclusive", "repeated executions did not behave deterministically"
+    if report["finding"] == "clean":
         how = (
             "all paths exhausted"
-            if "All paths exhausted" in out
+            if report["exhausted"]
             else "budget spent (no difference in any explored path)"
         )
-        return "clean", f"no difference in {n} iterations; {how}"
-    if rc == 1 and "Given:" in out:
-        first = out[out.index("Given:") :].split("\nGiven:")[0]
-        for target in targets:  # the module paths say nothing the check's name does not
-            first = first.replace(target, target.rpartition(".")[2])
-        return "found", "difference: " + _compact(first)
-    return "inconclusive", f"exit {rc}: {_last_line(err or out)}"
+        return "clean", f"no difference in {report['iterations']} iterations; {how}"
+    first = report["diffs"][0]
+    names = [t.rpartition(".")[2] for t in targets]
+    given = ", ".join(f"{k}={v}" for k, v in first["args"].items())
+    return "found", _compact(
+        f"difference: Given: ({given}), {names[0]} : {first['first']} {names[1]} : {first['second']}"
+    )
+
+
+# CrossHair's message types (crosshair.statespace.MessageType values) by what they mean here
+_HOLDS = ("confirmed", "cannot_confirm")
+_VIOLATED = ("post_fail", "exec_err")
 
 
 def _contract(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str, str]:
-    if "Traceback" in err or "Traceback" in out:
-        return "inconclusive", f"crosshair crashed: {_last_line(err or out)}"
-    if "contain no checkable functions" in err:
+    report = _report(rc, out, err)
+    if report is None or "messages" not in report:
+        error = report.get("error") if report else None
+        return (
+            "inconclusive",
+            f"crosshair runner exit {rc}: {_compact(error or _last_line(err), 300)}",
+        )
+    if not report["checkables"]:
         return "inconclusive", "no contracts found in " + ", ".join(targets)
-    lines = [m for m in (_LINE.match(line) for line in out.splitlines()) if m]
-    errors = [m for m in lines if m.group("level") == "error"]
-    violations = [m for m in errors if "Error while evaluating" not in m.group("msg")]
+    messages = report["messages"]
+    violations = [m for m in messages if m["state"] in _VIOLATED]
     if violations:
         m = violations[0]
-        return "found", (
-            f"violation at {Path(m.group('where')).name}:{m.group('line')}: "
-            + _compact(m.group("msg"))
+        return "found", f"violation at {m['file']}:{m['line']}: " + _compact(m["message"])
+    vacuous = [m for m in messages if m["state"] == "pre_unsat"]
+    others = [m for m in messages if m["state"] not in (*_HOLDS, "pre_unsat")]
+    if others:  # a postcondition that raised, a syntax or import error
+        m = others[0]
+        return "inconclusive", (
+            f"a contract could not be evaluated ({m['state']} at {m['file']}:{m['line']}): "
+            + _compact(m["message"])
         )
-    if errors:
-        m = errors[0]
-        return "inconclusive", f"a contract could not be evaluated: {_compact(m.group('msg'))}"
-    vacuous = [m for m in lines if m.group("msg").startswith("Unable to meet precondition")]
     if vacuous:
         return "inconclusive", (
-            f"precondition never met at {Path(vacuous[0].group('where')).name}:"
-            f"{vacuous[0].group('line')} (vacuous contract)"
+            f"precondition never met at {vacuous[0]['file']}:{vacuous[0]['line']} (vacuous contract)"
         )
-    other = [m for m in lines if m.group("msg") not in _OK_INFO]
-    if other:
-        return "inconclusive", "unexpected crosshair message: " + _compact(other[0].group(0))
-    if rc != 0 or not lines:
-        return "inconclusive", f"exit {rc}, {len(lines)} postconditions reported: {_last_line(err)}"
-    confirmed = sum(m.group("msg") == _OK_INFO[0] for m in lines)
+    if not messages:
+        return "inconclusive", "no postcondition was reported"
+    confirmed = sum(m["state"] == "confirmed" for m in messages)
     return "clean", (
-        f"{len(lines)} postconditions of {len(targets)} functions hold: {confirmed} confirmed "
-        f"over all paths, {len(lines) - confirmed} with no counterexample within the budget"
+        f"{len(messages)} postconditions of {len(targets)} functions hold: {confirmed} confirmed "
+        f"over all paths, {len(messages) - confirmed} with no counterexample within the budget"
     )
 
 
 def _backend(rc: int, out: str, err: str, targets: Sequence[str]) -> tuple[str, str]:
     """The runner's JSON verdicts (:mod:`proofs.crosshair_backend`), one per property."""
-    try:
-        results = json.loads(out.strip().splitlines()[-1])["results"]
-    except (IndexError, ValueError, KeyError, TypeError):
+    report = _report(rc, out, err)
+    results = report.get("results") if report else None
+    if not isinstance(results, list):
         return "inconclusive", f"backend runner exit {rc}, no verdicts: {_last_line(err)}"
     if len(results) != len(targets):
         return "inconclusive", f"{len(results)} verdicts for {len(targets)} properties"
@@ -636,16 +653,27 @@ def run(
     scale: float = 1.0,
     on_result: Callable[[Outcome], None] | None = None,
     on_start: Callable[[Check], None] | None = None,
+    jobs: int = 1,
 ) -> list[Outcome]:
-    outcomes = []
-    for check in checks:
+    """Run ``checks``; their outcomes in the same order. ``jobs`` > 1 keeps that many CrossHair
+    subprocesses going at once (each check is its own process with its own budget, so the
+    verdicts do not depend on ``jobs``; ``on_result`` is then called in completion order)."""
+    chosen = list(checks)
+
+    def one(check: Check) -> Outcome:
         if on_start is not None:
             on_start(check)
         outcome = run_check(check, scale)
-        outcomes.append(outcome)
         if on_result is not None:
             on_result(outcome)
-    return outcomes
+        return outcome
+
+    if jobs <= 1:
+        return [one(check) for check in chosen]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on subprocesses
+        return list(pool.map(one, chosen))
 
 
 def kill_planted(mutant_name: str, budget: float) -> tuple[str, float, str] | None:

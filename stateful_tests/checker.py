@@ -310,7 +310,7 @@ def check(
         # hypothesis' own reports (e.g. its shrink-time warning) go to stderr: stdout may carry
         # the CLI's one JSON document
         with with_reporter(_to_stderr), call_timeout(timeout):
-            run_state_machine_as_test(machine, settings=settings)  # type: ignore[no-untyped-call]
+            run_state_machine_as_test(machine, settings=settings)  # type: ignore[no-untyped-call, unused-ignore]
     except Divergence as exc:
         failure = exc
     result = RunResult(

@@ -31,28 +31,57 @@ CONTRACT = cc.Check("c", "contract", ("a.f", "a.g"), budget=10, about="")
 BACKEND = cc.Check("b", "backend", ("p.py::test_x", "p.py::test_y"), budget=10, about="")
 PLANTED_DIFF = cc.Check("pd", "diffbehavior", ("a.f", "m.g"), budget=10, about="", expect="found")
 
-GIVEN = """Given: (refs=[0, 0], num_free=0, num_required=2),
-  a.f : returns ([1, 0], True)
-  b.g : returns ([1], False)
-"""
+
+def _diff_report(finding: str, **fields: Any) -> str:
+    """What :mod:`proofs.crosshair_runner` prints for a diffbehavior run (after any noise)."""
+    report = {
+        "kind": "diffbehavior",
+        "finding": finding,
+        "iterations": 60,
+        "exhausted": False,
+        "nondeterministic": False,
+        "diffs": [],
+        "error": None,
+        **fields,
+    }
+    return "noise\n" + json.dumps(report) + "\n"
+
+
+GIVEN = _diff_report(
+    "found",
+    diffs=[
+        {
+            "args": {"refs": "[0, 0]", "num_free": "0", "num_required": "2"},
+            "first": "returns ([1, 0], True)",
+            "second": "returns ([1], False)",
+        }
+    ],
+)
+CLEAN = _diff_report("clean")
+PLANTED_PAIR = (
+    "spec.infinilm.kernels.reservations_by_scan",
+    "proofs.crosshair_mutants.counter_skips_dequeue",
+)
+
+
+def _contract_report(*states: str, checkables: int = 2) -> str:
+    messages = [
+        {"state": st, "message": f"m{i}", "file": "k.py", "line": 3 + i, "function": None}
+        for i, st in enumerate(states)
+    ]
+    report = {"kind": "contract", "checkables": checkables, "messages": messages, "error": None}
+    return json.dumps(report) + "\n"
 
 
 # ----------------------------------------------------------------------------- verdicts
 def test_no_difference_after_the_whole_budget_is_a_pass() -> None:
-    out = (
-        "No differences found. (attempted 60 iterations)\n"
-        "Consider increasing the --max_uninteresting_iterations option.\n"
-    )
-    status, detail = cc.interpret(DIFF, 0, out, "")
+    status, detail = cc.interpret(DIFF, 0, CLEAN, "")
     assert status == "pass"
     assert "60 iterations" in detail and "budget spent" in detail
 
 
 def test_exhausted_paths_are_a_pass() -> None:
-    out = (
-        "No differences found. (attempted 2 iterations)\n"
-        "All paths exhausted, functions are likely the same!\n"
-    )
+    out = _diff_report("clean", iterations=2, exhausted=True)
     assert cc.interpret(DIFF, 0, out, "") == (
         "pass",
         "no difference in 2 iterations; all paths exhausted",
@@ -60,21 +89,32 @@ def test_exhausted_paths_are_a_pass() -> None:
 
 
 def test_a_difference_fails_with_the_example() -> None:
-    status, detail = cc.interpret(DIFF, 1, GIVEN, "")
+    status, detail = cc.interpret(DIFF, 0, GIVEN, "")
     assert status == "fail"
     assert "refs=[0, 0], num_free=0, num_required=2" in detail and "returns ([1], False)" in detail
+    assert "f : returns ([1, 0], True)" in detail  # the function's name, not its module path
 
 
 @pytest.mark.parametrize(
     ("rc", "out", "err", "timed_out"),
     [
-        (1, "", "Traceback (most recent call last):\n  ...\nNotFound: Name 'g' not found", False),
-        (2, "", "Could not determine signature", False),  # crosshair's own "could not"
-        (2, "No differences found. (attempted 9 iterations)\n", "nondeterminism detected", False),
-        (0, "", "", False),  # no verdict printed at all
+        (1, "", "Traceback (most recent call last):\n  ...\nImportError: x", False),
+        (0, _diff_report("inconclusive", error="NotFound: Name 'g' not found"), "", False),
+        (0, _diff_report("inconclusive", nondeterministic=True), "", False),
+        (0, _diff_report("clean", nondeterministic=True), "", False),
+        (0, "", "", False),  # no report at all
+        (0, "not json\n", "", False),
         (-1, "", "", True),  # wall clock ran out
     ],
-    ids=["crash", "could-not", "nondeterminism", "silent", "timeout"],
+    ids=[
+        "crash",
+        "could-not",
+        "nondeterminism",
+        "clean-but-nondeterministic",
+        "silent",
+        "text",
+        "timeout",
+    ],
 )
 def test_anything_else_is_inconclusive_never_a_pass(
     rc: int, out: str, err: str, timed_out: bool
@@ -84,21 +124,56 @@ def test_anything_else_is_inconclusive_never_a_pass(
 
 
 def test_contract_verdicts() -> None:
-    ok = "/x/k.py:3: info: Not confirmed.\n/x/k.py:4: info: Confirmed over all paths.\n"
+    ok = _contract_report("cannot_confirm", "confirmed")
     status, detail = cc.interpret(CONTRACT, 0, ok, "")
-    assert status == "pass" and "2 postconditions" in detail
-    bad = ok + "/x/k.py:5: error: false when calling f([0, 0], 0, 2) (which returns ([1], False))\n"
-    status, detail = cc.interpret(CONTRACT, 1, bad, "")
-    assert status == "fail" and "k.py:5" in detail and "f([0, 0], 0, 2)" in detail
-    vacuous = ok + "/x/k.py:9: info: Unable to meet precondition.\n"
-    assert cc.interpret(CONTRACT, 0, vacuous, "")[0] == "inconclusive"
-    raising = (
-        "/x/k.py:5: error: Error while evaluating post condition: NameError: x when calling f()\n"
-    )
-    assert cc.interpret(CONTRACT, 1, raising, "")[0] == "inconclusive"
-    no_contracts = "WARNING: Targets found, but contain no checkable functions.\n"
-    assert cc.interpret(CONTRACT, 0, "", no_contracts)[0] == "inconclusive"
+    assert status == "pass" and "2 postconditions" in detail and "1 confirmed" in detail
+    for violated in ("post_fail", "exec_err"):
+        status, detail = cc.interpret(CONTRACT, 0, _contract_report("confirmed", violated), "")
+        assert status == "fail" and "k.py:4" in detail and "m1" in detail
+    for unsure in ("pre_unsat", "post_err", "syntax_err", "import_err"):
+        assert cc.interpret(CONTRACT, 0, _contract_report("confirmed", unsure), "")[0] == (
+            "inconclusive"
+        ), unsure
+    no_contracts = _contract_report(checkables=0)
+    assert cc.interpret(CONTRACT, 0, no_contracts, "")[0] == "inconclusive"
+    assert cc.interpret(CONTRACT, 0, _contract_report(), "")[0] == "inconclusive"  # no messages
     assert cc.interpret(CONTRACT, 0, "", "")[0] == "inconclusive"
+    broken = json.dumps({"kind": "contract", "finding": "inconclusive", "error": "ImportError: x"})
+    status, detail = cc.interpret(CONTRACT, 0, broken, "")
+    assert status == "inconclusive" and "ImportError: x" in detail
+
+
+@needs_crosshair
+def test_the_runner_reports_crosshair_results_as_json() -> None:
+    """The real runner, through CrossHair's API, on a tiny pair: no difference between a kernel
+    and itself, a difference for a planted off-by-one, and the contracts' message types."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "proofs.crosshair_runner", *args],
+            cwd=cc.ROOT,
+            env=cc.environment(DIFF),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        report: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+        return report
+
+    same = "spec.infinilm.kernels.reservations_by_scan"
+    budget = ["--budget", "5", "--per-path-timeout", "5"]
+    clean = run("diffbehavior", *budget, same, same)
+    assert clean["finding"] == "clean" and clean["iterations"] > 0 and not clean["diffs"]
+    found = run("diffbehavior", "--budget", "25", "--per-path-timeout", "5", *PLANTED_PAIR)
+    assert found["finding"] == "found" and found["diffs"][0]["args"]
+    contract = run("contract", *budget, "impl.infinilm.kernels.add_reservation")
+    assert contract["checkables"] >= 1
+    assert {m["state"] for m in contract["messages"]} <= {"confirmed", "cannot_confirm"}
+    missing = run("diffbehavior", *budget, same, "spec.infinilm.kernels.no_such_kernel")
+    assert missing["finding"] == "inconclusive" and "no_such_kernel" in missing["error"]
 
 
 def _verdicts(*statuses: str, detail: str = "") -> str:
@@ -149,10 +224,9 @@ def test_the_backend_runner_reports_what_each_property_call_raised(tmp_path, mon
 
 
 def test_a_planted_check_passes_only_when_its_bug_is_found() -> None:
-    status, detail = cc.interpret(PLANTED_DIFF, 1, GIVEN, "")
+    status, detail = cc.interpret(PLANTED_DIFF, 0, GIVEN, "")
     assert status == "pass" and detail.startswith("planted bug found")
-    missed = "No differences found. (attempted 60 iterations)\n"
-    status, detail = cc.interpret(PLANTED_DIFF, 0, missed, "")
+    status, detail = cc.interpret(PLANTED_DIFF, 0, CLEAN, "")
     assert status == "fail" and "NOT found" in detail
 
 
@@ -209,8 +283,8 @@ def test_select_by_name_and_pattern() -> None:
 def test_budget_scale_reaches_the_command_line() -> None:
     check = next(c for c in cc.CHECKS if c.name == "reclaim-bounded-vs-legacy")
     argv = cc.command(check, scale=3)
-    assert argv[argv.index("--max_uninteresting_iterations") + 1] == str(3 * check.budget)
-    assert argv[argv.index("--per_path_timeout") + 1] == str(check.per_path_timeout)
+    assert argv[argv.index("--budget") + 1] == str(3 * check.budget)
+    assert argv[argv.index("--per-path-timeout") + 1] == str(check.per_path_timeout)
     backend = next(c for c in cc.CHECKS if c.kind == "backend")
     assert cc.environment(backend, scale=0.5)["KVSPEC_CROSSHAIR_EXAMPLES"] == str(
         round(backend.budget / 2)
@@ -341,6 +415,27 @@ def test_verify_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     assert status == "fail" and "reclaim-bounded-vs-legacy: inconclusive" in summary
     monkeypatch.setattr(cc, "crosshair_available", lambda: False)
     assert cli.verify_stage()[0] == "skip"
+
+
+def test_verify_quick_stage_runs_the_smoke_subset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``verify --quick``: the smoke checks (a subset of the verify ones) and their planted bugs,
+    the same verdicts whether run one at a time or side by side."""
+    smoke = {c.name for c in cc.CHECKS if c.smoke}
+    assert smoke and smoke <= {c.name for c in cc.CHECKS if c.quick}
+    assert set(cc.SMOKE_PLANTED) <= set(cc.VERIFY_PLANTED)
+    ran: list[str] = []
+    monkeypatch.setattr(cc, "crosshair_available", lambda: True)
+    fake = _fake_run({"planted-counter-skips-dequeue": "fail"})
+
+    def record(check: cc.Check, scale: float = 1.0) -> cc.Outcome:
+        ran.append(check.name)
+        return fake(check, scale)
+
+    monkeypatch.setattr(cc, "run_check", record)
+    serial = cli.verify_stage(quick=True)
+    assert sorted(ran) == sorted([*smoke, *cc.SMOKE_PLANTED])
+    assert serial[0] == "fail" and "planted-counter-skips-dequeue" in serial[1]
+    assert cli.verify_stage(quick=True, jobs=3) == serial
 
 
 @needs_crosshair
