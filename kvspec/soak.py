@@ -326,6 +326,8 @@ def report(
 ) -> dict[str, Any]:
     """The JSON document (docs/design.md, CLI contract), without the counterexample."""
     cpu = sum(d["cpu_seconds"] for d in soak.done)
+    per_worker = soak.per_worker()
+    busiest = max((w["cpu_seconds"] for w in per_worker), default=0.0)
     seeds = [d["seed"] for d in soak.done]
     step = max(1, -(-len(soak.timeline) // TIMELINE_POINTS))
     timeline = soak.timeline[::step]
@@ -348,11 +350,14 @@ def report(
         "cpu_seconds": round(cpu, 3),
         "calls_per_cpu_second": round(soak.ops / cpu, 1) if cpu else None,
         "driver_cpu_seconds": round(driver_cpu, 3),
+        # the rate with a free core per worker: calls / the busiest worker's CPU seconds (the wall
+        # rate falls below it when the workers share their cores with other work)
+        "cpu_bound_ops_per_second": round(soak.ops / busiest) if busiest else None,
         "tasks": len(soak.done),
         "chunk": args.chunk,
         "seeds": [min(seeds), max(seeds)] if seeds else [],
         "stopped_by": soak.stopped_by,
-        "per_worker": soak.per_worker(),
+        "per_worker": per_worker,
         "coverage": dict(sorted(soak.coverage.items())),
         "coverage_keys": len(soak.coverage),
         "divergences": len(soak.failures),
