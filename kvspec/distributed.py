@@ -12,9 +12,10 @@ Two shapes of work go through here:
   :class:`~proofs.explorer.parallel.Backend` (start, send, receive, close); :class:`RayBackend`
   runs each worker in a Ray actor.
 
-Every Ray worker gets the driver's ``PYTHONHASHSEED`` (``0`` if the driver's is random): the
-explorer's workers fingerprint states with ``hash()`` and must agree on it. Every node of a
-cluster needs kvspec (and the target's module) importable; README "Soak" shows a set-up.
+Ray workers are other interpreters (their ``hash()`` differs from the driver's): a soak task does
+not depend on it, and the explorer runs in its portable mode there (proofs/explorer/parallel.py).
+Every node of a cluster needs kvspec (and the target's module) importable; README "Soak" shows a
+set-up.
 """
 
 from __future__ import annotations
@@ -55,12 +56,10 @@ def connect(address: str | None, workers: int) -> tuple[Any, bool]:
         raise UsageError(f"Ray is not installed: {EXTRA_HINT}") from None
     if ray.is_initialized():
         return ray, False
-    seed = os.environ.get("PYTHONHASHSEED", "random")
     options: dict[str, Any] = {
         "include_dashboard": False,
         "logging_level": "WARNING",
         "log_to_driver": False,  # stderr is the progress bar's; a task's error comes back raised
-        "runtime_env": {"env_vars": {"PYTHONHASHSEED": "0" if seed == "random" else seed}},
     }
     if address in (None, "local"):
         ray.init(num_cpus=max(workers, os.cpu_count() or 1), **options)

@@ -173,7 +173,9 @@ def soak(document: Mapping[str, Any], path: str | Path) -> Path:
     timeline = [{"seconds": 0.0, "ops": 0, "coverage_keys": 0}, *document["timeline"]]
     t = [p["seconds"] for p in timeline]
     ops = [p["ops"] for p in timeline]
-    window = max(1.0, t[-1] / 20)
+    # a window of two tasks' time per worker at least, so that it always holds several finishes
+    task = t[-1] * document["workers"] / max(1, len(t) - 1)
+    window = max(1.0, t[-1] / 20, 2 * task)
     top.plot(t[1:], rates(t, ops, window)[1:], "-", lw=1, label=f"over the last {window:.1f} s")
     top.plot(t[1:], [o / s for o, s in zip(ops[1:], t[1:], strict=True)], "--", label="average")
     top.set_ylabel("lockstep calls/s")
