@@ -191,6 +191,9 @@ def drive(
         soak.stopped_by = "interrupt"
         pool.close(cancel=True)
         return soak
+    except BaseException:
+        pool.close(cancel=True)  # no worker outlives a driver that cannot go on
+        raise
     pool.close()
     return soak
 

@@ -121,6 +121,23 @@ def test_soak_cannot_run_exits_2_with_one_line(
     assert out == "" and len(err.strip().splitlines()) == 1 and words in err
 
 
+def test_soak_of_a_target_that_cannot_be_built_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The workers' failure reaches the driver, which stops them and says why in one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_text(
+        "from impl.infinilm.block_manager import BlockManager\n\n\n"
+        "class Bad(BlockManager):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        raise RuntimeError('no pages today')\n"
+    )
+    argv = ["soak", BM, "--backend", "processes", "--workers", "2", "--target", "bad.py:Bad"]
+    assert main([*argv, "--ops", "1000"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "no pages today" in err and len(err.strip().splitlines()) == 1
+
+
 def test_soak_without_ray_names_the_extra(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
