@@ -9,11 +9,13 @@ here, not in ``spec/invariants.py``, so that the spec keeps only the plain defin
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
-from itertools import chain
+from collections.abc import Collection, Iterable
+from itertools import chain, compress
+from operator import itemgetter, not_
 
 from spec.infinilm.prefix_cache import EMPTY_BLOCK_HASH as EMPTY
-from spec.infinilm.snapshot import BlockManagerSnapshot
+from spec.infinilm.request import TERMINAL
+from spec.infinilm.snapshot import BlockManagerSnapshot, SchedulerSnapshot
 
 
 def ledger_holds(snap: BlockManagerSnapshot, usable: int, tables: Iterable[Iterable[int]]) -> bool:
@@ -93,3 +95,23 @@ def _state_holds(s: BlockManagerSnapshot) -> bool:
                 return False
             seen.add(p)
     return len(seen) == n - hashes.count(EMPTY)
+
+
+_ID, _STATUS = itemgetter(0), itemgetter(1)
+_TERMINAL_NAMES = frozenset(status.name for status in TERMINAL)
+
+
+def placement_holds(s: SchedulerSnapshot, lost: Collection[str]) -> bool:
+    """``request_in_exactly_one_place(s, lost)`` holds.
+
+    Why: no id repeats among the placed ones, and the rows whose status is a live one (the
+    non-terminal names) are all placed or lost; found with C-level iteration, no Python loop
+    per row."""
+    places = s.placed()
+    placed = set(places)
+    if len(placed) != len(places):
+        return False
+    rows = s.requests
+    terminal = map(_TERMINAL_NAMES.__contains__, map(_STATUS, rows))
+    live = set(compress(map(_ID, rows), map(not_, terminal)))
+    return live <= placed or not (live - placed).difference(lost)

@@ -142,9 +142,33 @@ def _ids(queue: Any) -> tuple[str, ...]:
     return tuple(r.request_id for r in queue_items(queue))
 
 
-def read_scheduler(scheduler: Any, requests: Mapping[str, Any]) -> SchedulerSnapshot:
+def request_row(request_id: str, r: Any) -> tuple[Any, ...]:
+    """One request's row of :attr:`SchedulerSnapshot.requests`."""
+    status = r.status
+    try:
+        name = status._name_  # an Enum member's name, without the ``name`` property's call
+    except AttributeError:
+        name = status.name
+    return (
+        request_id,
+        name,
+        tuple(r.block_table),
+        tuple(r.slot_mapping),
+        r.num_blocks,
+        r.num_computed_tokens,
+        r.num_local_cached_tokens,
+        r.num_cache_indexed_blocks,
+        r.mamba_cache_index,
+        r.get_num_generated_tokens(),
+    )
+
+
+def read_scheduler(
+    scheduler: Any, requests: Mapping[str, Any], rows: tuple[tuple[Any, ...], ...] | None = None
+) -> SchedulerSnapshot:
     """Snapshot any object with the upstream ``Scheduler`` attribute names, plus ``requests``
-    (request id -> request: every request the engine gave it, finished ones included)."""
+    (request id -> request: every request the engine gave it, finished ones included).
+    ``rows``: the requests' rows when the caller has them (see :func:`request_row`)."""
     s = scheduler
     mamba = s.mamba_cache_manager
     return SchedulerSnapshot(
@@ -156,23 +180,9 @@ def read_scheduler(scheduler: Any, requests: Mapping[str, Any]) -> SchedulerSnap
         pending_free_blocks=tuple(sorted((k, tuple(v)) for k, v in s.pending_free_blocks.items())),
         pending_kv_decode_blocks=s.pending_kv_decode_blocks,
         cache_stats=tuple(sorted(s.get_cache_stats().items())),
-        requests=tuple(  # a list inside: cheaper than a generator, with rows for every request
-            [
-                (
-                    rid,
-                    r.status.name,
-                    tuple(r.block_table),
-                    tuple(r.slot_mapping),
-                    r.num_blocks,
-                    r.num_computed_tokens,
-                    r.num_local_cached_tokens,
-                    r.num_cache_indexed_blocks,
-                    r.mamba_cache_index,
-                    r.get_num_generated_tokens(),
-                )
-                for rid, r in sorted(requests.items())
-            ]
-        ),
+        requests=rows
+        if rows is not None
+        else tuple([request_row(rid, r) for rid, r in sorted(requests.items())]),
         mamba=(tuple(mamba.free_block_ids), tuple(mamba.used_block_ids)) if mamba else (),
         block_manager=read_block_manager(s.cache_manager),
     )
