@@ -8,30 +8,13 @@ here, not in ``spec/invariants.py``, so that the spec keeps only the plain defin
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Iterable
-from itertools import chain, compress
+from itertools import compress
 from operator import itemgetter, not_
 
 from spec.infinilm.prefix_cache import EMPTY_BLOCK_HASH as EMPTY
 from spec.infinilm.request import TERMINAL
 from spec.infinilm.snapshot import BlockManagerSnapshot, SchedulerSnapshot
-
-
-def ledger_holds(snap: BlockManagerSnapshot, usable: int, tables: Iterable[Iterable[int]]) -> bool:
-    """``referenced_count_matches_live_pages(snap, usable, tables)`` and
-    ``no_live_eviction(snap, tables)`` both hold.
-
-    Why: the pages with a non-zero ref count, as a dict, equal the occurrence counts of the
-    tables, so every ref count is its page's occurrences (0 where it has none) and the referenced
-    pages number ``len(live)`` (the counter check); and no table page is free."""
-    occurrences = Counter(chain.from_iterable(tables))
-    live = {p: r for p, r in enumerate(snap.ref_counts) if r}
-    return (
-        usable == snap.num_blocks - len(live)
-        and dict.__eq__(occurrences, live)
-        and set(snap.free_block_ids).isdisjoint(occurrences)
-    )
 
 
 def page_occurrences(num_blocks: int, tables: Iterable[Iterable[int]]) -> tuple[int, ...] | None:
@@ -48,8 +31,9 @@ def page_occurrences(num_blocks: int, tables: Iterable[Iterable[int]]) -> tuple[
 
 
 def counts_hold(snap: BlockManagerSnapshot, usable: int, occurrences: tuple[int, ...]) -> bool:
-    """:func:`ledger_holds` for ledger tables whose :func:`page_occurrences` are
-    ``occurrences``.
+    """``referenced_count_matches_live_pages(snap, usable, tables)`` and
+    ``no_live_eviction(snap, tables)`` both hold, for ledger ``tables`` whose
+    :func:`page_occurrences` are ``occurrences``.
 
     Why: ref counts equal to the occurrences are non-negative, so the referenced pages are those
     whose count is not 0, and the counter check is ``usable == count(0)``; a free page that some

@@ -532,7 +532,10 @@ class Facts(NamedTuple):
                 requests = True
                 decodable = decodable or len(h.table) == -(-h.length // size)
                 indexed = indexed or h.indexed > 0
-        return cls(bool(d.prompts), requests, decodable, bool(d.holders), bool(d.released), indexed)
+        return tuple.__new__(  # (NamedTuple's own constructor is Python-level)
+            cls,
+            (bool(d.prompts), requests, decodable, bool(d.holders), bool(d.released), indexed),
+        )
 
 
 OPERATIONS: tuple[Operation, ...] = (

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.errors import OutOfBlocksError, exception_kind
-from spec.infinilm.request import InferenceRequest, RequestStatus, SamplingParams
+from spec.infinilm.request import TERMINAL, InferenceRequest, RequestStatus, SamplingParams
 from spec.infinilm.scheduler import (
     RESERVATIONS,
     KVConnectorOutput,
@@ -39,9 +39,7 @@ from spec.infinilm.scheduler import (
     SchedulerOutput,
 )
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
-from spec.infinilm.request import TERMINAL
 from spec.infinilm.snapshot import (
-    BlockManagerSnapshot,
     SchedulerSnapshot,
     queue_items,
     read_block_manager,
@@ -312,11 +310,14 @@ class SealedReader:
     sealed (:func:`stateful_tests.sealed.sealed`) instead of after every event.
 
     Why that reads the same snapshot: a sealed request is terminal and referenced only by its
-    harness's ``requests`` dict (so are its lists; no weak reference), so neither scheduler can
-    reach it; only the harness can hand it out again, and it does so only for the request ids
-    an event names, which the driver :meth:`unseal`\ s before the event. Its row is therefore
-    what it was when it was sealed. A row sealed on both sides with the same value is kept once,
-    so the spec-vs-target comparison finds the same object."""
+    harness's ``requests`` dict (so are its lists and plain attribute objects; no weak
+    reference), so neither scheduler can reach it. Only the harness can hand it out again: it
+    looks requests up by the ids an event names (``abort``, ``can_accept_request``), and the
+    driver unseals every id an event names (:meth:`unseal`) before the event; a ``step``
+    touches only the requests the scheduler's output holds (reachable, so never sealed), and
+    its plan names only live requests. A sealed row is therefore what it was when it was
+    sealed. A row sealed on both sides with the same value is kept once, so the spec-vs-target
+    comparison meets the same object."""
 
     def __init__(self) -> None:
         self._of: dict[EngineHarness, _Rows] = {}
@@ -471,7 +472,9 @@ def _check_soundness(h: EngineHarness, snap: SchedulerSnapshot, soundness: bool)
     return inv.admission_soundness(h.decode_oom_without_drafts, h.config.reservation)
 
 
-HARNESS_CHECKS: tuple[tuple[str, Callable[[EngineHarness, SchedulerSnapshot, bool], str | None]], ...]
+HARNESS_CHECKS: tuple[
+    tuple[str, Callable[[EngineHarness, SchedulerSnapshot, bool], str | None]], ...
+]
 HARNESS_CHECKS = (
     ("request_in_exactly_one_place", _check_placement),
     ("reservation_counter_matches_scan", _check_reservation),

@@ -67,7 +67,4 @@ def sealed(owner: dict[Any, Any], key: Any) -> bool:
     attributes = getattr(obj, "__dict__", None)
     if type(attributes) is not dict:
         return False
-    for value in attributes.values():
-        if not _sealed_value(value):
-            return False
-    return True
+    return all(map(_sealed_value, attributes.values()))

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 _REF = attrgetter("ref_count")
 _HASH = attrgetter("hash")
+_new = tuple.__new__
 
 
 class BlockManagerSnapshot(NamedTuple):
@@ -56,15 +57,18 @@ def read_block_manager(bm: Any) -> BlockManagerSnapshot:
     """Snapshot any object with the upstream ``BlockManager`` attribute names."""
     blocks = bm.blocks
     index = bm.hash_to_block_ids
-    return BlockManagerSnapshot(  # positional, in field order (checkers read two per call)
-        bm.num_blocks,
-        bm.block_size,
-        tuple(bm.free_block_ids),
-        tuple(bm.used_block_ids),
-        tuple(map(_REF, blocks)),  # ref_counts
-        tuple(map(_HASH, blocks)),  # hashes
-        # hash_to_block_ids: (hash, its pages) pairs sorted by hash (distinct dict keys)
-        tuple(sorted(zip(index, map(tuple, index.values()), strict=True))),
+    return _new(  # the fields in order, without NamedTuple's Python-level constructor
+        BlockManagerSnapshot,
+        (
+            bm.num_blocks,
+            bm.block_size,
+            tuple(bm.free_block_ids),
+            tuple(bm.used_block_ids),
+            tuple(map(_REF, blocks)),  # ref_counts
+            tuple(map(_HASH, blocks)),  # hashes
+            # hash_to_block_ids: (hash, its pages) pairs sorted by hash (distinct dict keys)
+            tuple(sorted(zip(index, map(tuple, index.values()), strict=True))) if index else (),
+        ),
     )
 
 
