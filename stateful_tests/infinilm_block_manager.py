@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.errors import OutOfBlocksError
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.prefix_cache import EMPTY_BLOCK_HASH, chain_hashes
-from spec.infinilm.snapshot import read_block_manager
+from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
 from stateful_tests.fastpath import counts_hold, page_occurrences, state_holds
 from stateful_tests.lockstep import Chooser, Lockstep, Step, Verdicts
@@ -60,6 +61,36 @@ SNAPSHOT_CHECKS = {
 
 
 _CALL: dict[str, str] = {}  # method -> its coverage key (built once, not per call)
+
+# The snapshot fields each spec operation can change, read from spec/infinilm/block_manager.py:
+# the queries assign nothing, and a prefix lookup and a release only move ref counts. Every
+# other operation is read in full (most may allocate or evict). The target is read in full
+# after every call regardless.
+SPEC_WRITES: dict[str, tuple[str, ...]] = {
+    "get_num_free_blocks": (),
+    "get_total_usable_blocks": (),
+    "can_allocate": (),
+    "update_blocks_slot": (),
+    "get_computed_blocks": ("ref_counts",),
+    "free_blocks": ("ref_counts",),
+}
+_REF = attrgetter("ref_count")
+_new = tuple.__new__
+
+
+def read_spec(
+    spec: SpecBlockManager, method: str, before: BlockManagerSnapshot
+) -> BlockManagerSnapshot:
+    """The spec's snapshot after ``method``: ``before`` with the fields it can change
+    (:data:`SPEC_WRITES`) read again, its other fields kept (the same objects)."""
+    writes = SPEC_WRITES.get(method)
+    if writes is None:
+        return read_block_manager(spec)
+    if not writes:
+        return before
+    n, size, free, used, _, hashes, index = before  # writes == ("ref_counts",)
+    refs = tuple(map(_REF, spec.blocks))
+    return _new(BlockManagerSnapshot, (n, size, free, used, refs, hashes, index))
 
 
 @dataclass(frozen=True)
@@ -102,6 +133,7 @@ class Driver:
             snapshot_checks=SNAPSHOT_CHECKS,
             verdicts=VERDICTS,
             state_holds=state_holds,
+            spec_reader=read_spec,
         )
         self.holders: list[Holder] = []
         self.released: list[list[int]] = []

@@ -273,7 +273,9 @@ class Lockstep:
 
     ``verdicts``: a memo of the state invariants' passes (:class:`Verdicts`), for checkers whose
     invariants are pure predicates of hashable snapshots. ``state_holds``: a verdict-preserving
-    shortcut (``True`` only where every state invariant holds; the predicates run otherwise)."""
+    shortcut (``True`` only where every state invariant holds; the predicates run otherwise).
+    ``spec_reader(spec, method, snapshot before)``: the spec's snapshot after ``method``, read
+    only where the spec's own code can have changed it (the target is always read in full)."""
 
     def __init__(
         self,
@@ -286,6 +288,7 @@ class Lockstep:
         snapshot_checks: Mapping[str, str] | None = None,
         verdicts: Verdicts | None = None,
         state_holds: Callable[[Any], bool] | None = None,
+        spec_reader: Callable[[Any, str, Any], Any] | None = None,
     ) -> None:
         self.spec = spec
         self.target = target
@@ -297,6 +300,7 @@ class Lockstep:
         self.snapshot_checks = dict(snapshot_checks or {})
         self.verdicts = verdicts
         self.state_holds = state_holds
+        self.spec_reader = spec_reader
         self.steps: list[Step] = []
         # the operation now running (set by the checker plumbing), recorded in every step it makes
         self.op: str | None = None
@@ -366,7 +370,13 @@ class Lockstep:
             problem = compare_outcomes(spec_out, target_out)
             if problem is not None:
                 raise self.fail(*problem)
-        self.before, self.after = self.after, self.reader(self.spec)
+        self.before = before = self.after
+        spec_reader = self.spec_reader
+        self.after = (
+            self.reader(self.spec)
+            if spec_reader is None
+            else spec_reader(self.spec, method, before)
+        )
         target_snap = self._read_target(method)
         if target_snap != self.after:
             self._compare_snapshots(target_snap)

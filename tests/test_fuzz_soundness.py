@@ -9,6 +9,8 @@ What the shortcuts could get wrong, each pinned by a test that fails if it did:
   hold (properties over arbitrary snapshots, edge cases included), and do answer on the states
   the spec reaches; a state the shortcut wrongly passed would go unreported (shown with one
   broken on purpose);
+* the spec is read again after a call only where its own code can change (``SPEC_WRITES``):
+  the same snapshot as a full read (and not, with a footprint broken on purpose);
 * sealed request rows (read once, :mod:`stateful_tests.sealed`) are what a full read gives, a
   target that keeps and later changes a finished request is still caught at that event, and
   with the sealing rule broken on purpose it would not be;
@@ -44,7 +46,7 @@ from kvspec import components
 from kvspec.cli import main
 from spec import invariants as inv
 from spec.infinilm.request import InferenceRequest
-from spec.infinilm.snapshot import BlockManagerSnapshot, read_scheduler
+from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager, read_scheduler
 from stateful_tests import checker
 from stateful_tests import infinilm_block_manager as bm_checker
 from stateful_tests import infinilm_scheduler as sched_checker
@@ -597,3 +599,32 @@ def test_each_seed_still_draws_the_same_programs(
     assert comp.fuzz(cls, "impl", 3_000, 7).passed
     digest = hashlib.sha256(json.dumps(steps).encode()).hexdigest()[:16]
     assert digest == PROGRAMS[name]
+
+
+# ----------------------------------------------------------------------------- spec footprints
+def _spec_read_mismatches(writes: dict[str, tuple[str, ...]]) -> int:
+    """Calls after which the footprint read of the spec (:func:`read_spec` under ``writes``)
+    differs from a full read, over a 2,000-call fuzz run."""
+    mismatches = 0
+    real = bm_checker.read_spec
+
+    def checked(spec: Any, method: str, before: BlockManagerSnapshot) -> BlockManagerSnapshot:
+        nonlocal mismatches
+        snap = real(spec, method, before)
+        mismatches += snap != read_block_manager(spec)
+        return snap
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bm_checker, "SPEC_WRITES", writes)
+        patch.setattr(bm_checker, "read_spec", checked)
+        BM.fuzz(ImplBlockManager, "impl", 2_000, seed=2)
+    return mismatches
+
+
+def test_the_spec_is_read_again_wherever_its_operation_can_change_it() -> None:
+    """Each spec operation's footprint (``SPEC_WRITES``) covers what it changes: the footprint
+    read equals the full read after every call; a footprint broken on purpose (a release that
+    would change nothing) does not."""
+    assert _spec_read_mismatches(bm_checker.SPEC_WRITES) == 0
+    broken = {**bm_checker.SPEC_WRITES, "free_blocks": ()}
+    assert _spec_read_mismatches(broken) > 0
