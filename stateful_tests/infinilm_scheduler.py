@@ -102,7 +102,10 @@ class ScriptedConnector:
 
 
 def _ids(queue: Any) -> tuple[str, ...]:
-    return tuple(r.request_id for r in queue_items(queue))
+    return tuple(map(_REQUEST_ID, queue_items(queue)))
+
+
+_REQUEST_ID = attrgetter("request_id")
 
 
 class RequestTypes(NamedTuple):

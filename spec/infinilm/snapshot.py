@@ -143,7 +143,10 @@ def queue_items(queue: Any) -> tuple[Any, ...]:
 
 
 def _ids(queue: Any) -> tuple[str, ...]:
-    return tuple(r.request_id for r in queue_items(queue))
+    return tuple(map(_REQUEST_ID, queue_items(queue)))
+
+
+_REQUEST_ID = attrgetter("request_id")
 
 
 def request_row(request_id: str, r: Any) -> tuple[Any, ...]:
