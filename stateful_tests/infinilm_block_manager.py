@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -76,6 +77,13 @@ SPEC_WRITES: dict[str, tuple[str, ...]] = {
 }
 _REF = attrgetter("ref_count")
 _new = tuple.__new__
+
+
+@lru_cache(maxsize=65_536)
+def _chain_hashes(tokens: tuple[int, ...], block_size: int) -> list[bytes]:
+    """``chain_hashes``, remembered across drivers (a pure function; prompts repeat across
+    episodes of the same block size). Callers copy the list."""
+    return chain_hashes(list(tokens), block_size)
 
 
 def read_spec(
@@ -304,7 +312,7 @@ class Driver:
         key = tuple(tokens)
         found = self._hashes.get(key)
         if found is None:
-            found = self._hashes[key] = chain_hashes(tokens, self.config.block_size)
+            found = self._hashes[key] = _chain_hashes(key, self.config.block_size)
         return list(found)
 
     # ------------------------------------------------------------ operations (simple first)

@@ -318,6 +318,7 @@ class Lockstep:
             ) from exc
         self.target_after = first  # the target's snapshot after the last call
         self._compare_snapshots(first)  # a difference here is a divergence at step 0
+        self.target_after = self.after  # (equal: one object, as after every call)
 
     def fail(self, check: str, detail: str) -> Divergence:
         return Divergence(check, detail, self.steps)
