@@ -339,12 +339,13 @@ class SealedReader:
         r = self._of.get(h)
         if r is None:
             r = self._of[h] = _Rows()
-        if len(r.order) != len(requests):  # new requests: they are open
-            kept = dict(zip(r.order, r.rows, strict=True))
-            r.open.update(rid for rid in requests if rid not in kept)
-            r.order = sorted(requests)
-            r.rows = [kept.get(rid, ()) for rid in r.order]
         rows, order = r.rows, r.order
+        if len(order) != len(requests):  # new requests (ids are only added): open, in place
+            for rid in set(requests).difference(order):
+                i = bisect_left(order, rid)
+                order.insert(i, rid)
+                rows.insert(i, ())
+                r.open.add(rid)
         for rid in list(r.open):
             if rid not in requests:  # an id an event named that the harness does not hold
                 r.open.discard(rid)
