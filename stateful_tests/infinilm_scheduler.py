@@ -673,12 +673,25 @@ class Driver:
         self.call("can_accept_request", c.pick(self.waiting()), 0)
 
 
+class Facts(NamedTuple):
+    """What the operations' enabling conditions read, computed once per event (a tuple: the
+    fuzzer remembers the enabled rows per distinct value)."""
+
+    live: bool
+    waiting: bool
+    connector: bool
+
+    @classmethod
+    def of(cls, d: Driver) -> Facts:
+        return tuple.__new__(cls, (bool(d.live()), bool(d.ls.after.waiting), d.config.connector))
+
+
 OPERATIONS: tuple[Operation, ...] = (
     Operation("add_request", 6),
     Operation("step", 12),
-    Operation("abort", 1, lambda d: bool(d.live())),
-    Operation("connector_events", 3, lambda d: d.config.connector),
-    Operation("can_accept_request", 1, lambda d: bool(d.waiting())),
+    Operation("abort", 1, lambda f: f.live),
+    Operation("connector_events", 3, lambda f: f.connector),
+    Operation("can_accept_request", 1, lambda f: f.waiting),
 )
 
 
@@ -732,6 +745,7 @@ CHECKER = CheckerDef(
     machine_config=machine_config,
     fuzz_config=fuzz_config,
     operations=OPERATIONS,
+    facts=Facts.of,
     spec_cls=SpecScheduler,
     invariants=(
         *inv.STATE_INVARIANTS,
