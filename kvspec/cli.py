@@ -145,6 +145,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError(f"--ops must be positive, got {args.ops}")
     label, cls = load_target(component, args.target)
     variant = comp.target_variant(variant, cls)
+    _ = comp.checker_def  # (its modules imported before the CPU clock starts)
     cpu_started = time.process_time()
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
         result = comp.fuzz(
@@ -225,6 +226,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from kvspec import plots
     from kvspec.bench import run_suite
 
     suites = components.bench_suites()
@@ -232,6 +234,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown bench suite {args.suite!r}; choose one of {', '.join(suites)}")
     if args.rounds is not None and args.rounds < 7:
         raise UsageError("--rounds must be at least 7")
+    if args.plot:
+        plots.require()  # before measuring: exit 2 with the extra's name
     from kvspec.bench import BenchMismatch
 
     try:
@@ -240,7 +244,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except BenchMismatch as exc:  # the two sides did different work: no ratio to report
         could_not_run(f"bench {args.suite}: {exc}")
         return 1
-    emit({"suite": args.suite, "rows": [r.to_json() for r in rows]}, args.json)
+    document = {"suite": args.suite, "rows": [r.to_json() for r in rows]}
+    if args.plot:
+        document["plot"] = str(plots.bench(document, args.plot))
+    emit(document, args.json)
     if not args.json:
         table = Table(
             title=f"bench {args.suite}: baseline = spec (legacy algorithm), impl = production"
@@ -257,6 +264,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 goal,
             )
         OUT.print(table)
+        if args.plot:
+            OUT.print(f"plot: {document['plot']}")
     return 0
 
 
@@ -490,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("suite", help=f"one of {', '.join(components.bench_suites())}")
     p.add_argument("--quick", action="store_true", help="fewer cases and rounds")
     p.add_argument("--rounds", type=int, help="rounds per case (median; at least 7)")
+    p.add_argument("--plot", metavar="FILE.png", help="ratio against size (needs kvspec[plot])")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
@@ -537,7 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mutants)
 
-    from kvspec import audit, exploration, figures, prove
+    from kvspec import audit, exploration, figures, prove, soak
+
+    soak.add_parser(sub, _flags, _inputs)
 
     audit.add_parser(sub)
     prove.add_parser(sub)

@@ -89,6 +89,14 @@ def add_parser(subparsers: Any) -> None:
         help="processes sharing each breadth-first layer (default 1)",
     )
     p.add_argument(
+        "--address",
+        help="run the --workers as Ray actors on this cluster (auto, HOST:PORT, "
+        "ray://HOST:10001; local: a new local Ray instance); needs kvspec[distributed]",
+    )
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="distinct states per depth (needs kvspec[plot])"
+    )
+    p.add_argument(
         "--no-memo",
         dest="memo",
         action="store_false",
@@ -157,8 +165,10 @@ def explore_component(
     inputs: str = "all",
     workers: int = 1,
     memo: bool = True,
+    backend: Callable[[], Any] | None = None,
 ) -> Any:
-    """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given)."""
+    """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given);
+    ``backend``: a factory of the workers' backend (default: forked local processes)."""
     from proofs import explorer
 
     if comp.explorer is None:
@@ -180,6 +190,7 @@ def explore_component(
         inputs=inputs,
         workers=workers,
         memo=memo,
+        backend=backend,
     )
 
 
@@ -201,6 +212,10 @@ def cmd_explore(args: argparse.Namespace) -> int:
             raise UsageError(f"{option} must be at least 1, got {value}")
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError(f"--time-limit must be positive, got {args.time_limit}")
+    if args.plot:
+        from kvspec import plots
+
+        plots.require()
     overrides = _overrides(args, comp)
     bounds_cls = resolve(comp.explorer.bounds)
     if args.inputs == "well-formed" and "bad_inputs" in explorer.bound_names(bounds_cls):
@@ -216,6 +231,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     if own is not None:
         chosen = [own]  # the variant named, or the one the target implements
     deadline = None if args.time_limit is None else time.perf_counter() + args.time_limit
+    backend, shutdown = _ray_backend(args.address, args.workers)
     try:
         with status_line(f"explore {comp.name}", not args.json) as line:
 
@@ -239,15 +255,35 @@ def cmd_explore(args: argparse.Namespace) -> int:
                 inputs=args.inputs,
                 workers=args.workers,
                 memo=args.memo,
+                backend=backend,
             )
     except explorer.ExplorerUnsupported as exc:
         raise UsageError(str(exc)) from None
-    document = {**result.to_json(), "inputs": args.inputs}
+    finally:
+        shutdown()
+    document = {**result.to_json(), "inputs": args.inputs, "address": args.address}
+    if args.plot:
+        from kvspec import plots
+
+        document["plot"] = str(plots.explore(document, args.plot))
     if args.json:
         emit(document, True)
     else:
         _print(document)
     return 0 if result.passed else 1
+
+
+def _ray_backend(
+    address: str | None, workers: int
+) -> tuple[Callable[[], Any] | None, Callable[[], None]]:
+    """With ``--address``: (a factory of Ray backends, the shutdown to call at the end). Ray is
+    joined once for every variant's search, not once per search."""
+    if address is None:
+        return None, lambda: None
+    from kvspec import distributed
+
+    ray, owned = distributed.connect(address, workers)
+    return (lambda: distributed.RayBackend(address)), (ray.shutdown if owned else lambda: None)
 
 
 def _print(document: dict[str, Any]) -> None:
@@ -274,6 +310,8 @@ def _print(document: dict[str, Any]) -> None:
     OUT.print(f"bounds: {bounds}")
     for r in document["runs"]:
         OUT.print(f"{r['variant'] or document['component']}: {r['message']}")
+    if document.get("plot"):
+        OUT.print(f"plot: {document['plot']}")
     for v in document["violations"]:
         cx = {
             "check": v["check"],

@@ -87,6 +87,27 @@ def status_line(description: str, enabled: bool) -> Iterator[Callable[[str, str]
         yield lambda text, figures: bar.update(task, description=text, figures=figures)
 
 
+@contextmanager
+def live_bar(
+    description: str, total: float | None, enabled: bool
+) -> Iterator[Callable[[float, str], None]]:
+    """A progress bar with a live figures column on stderr (only on a terminal), for runs whose
+    throughput matters (kvspec soak); yields ``update(completed, figures)``."""
+    if not enabled or not ERR.is_terminal:
+        yield lambda completed, figures: None
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[figures]}"),
+        TimeElapsedColumn(),
+        console=ERR,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total, figures="")
+        yield lambda completed, figures: bar.update(task, completed=completed, figures=figures)
+
+
 def trace_path(directory: Path, stem: str) -> str:
     """A file stem under ``directory`` that no earlier trace uses (two failures in the same
     second must not overwrite each other)."""

@@ -14,17 +14,19 @@ common); small pools that fill up; reclaim counts around the free-deque length.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.errors import OutOfBlocksError
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
-from spec.infinilm.prefix_cache import chain_hashes
-from spec.infinilm.snapshot import read_block_manager
+from spec.infinilm.prefix_cache import EMPTY_BLOCK_HASH, chain_hashes
+from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
-from stateful_tests.fastpath import ledger_holds
+from stateful_tests.fastpath import counts_hold, page_occurrences, state_holds
 from stateful_tests.lockstep import Chooser, Lockstep, Step, Verdicts
 
 # Operations that validate their input before changing anything: when they raise, the snapshot must
@@ -61,6 +63,43 @@ SNAPSHOT_CHECKS = {
 
 _CALL: dict[str, str] = {}  # method -> its coverage key (built once, not per call)
 
+# The snapshot fields each spec operation can change, read from spec/infinilm/block_manager.py:
+# the queries assign nothing, and a prefix lookup and a release only move ref counts. Every
+# other operation is read in full (most may allocate or evict). The target is read in full
+# after every call regardless.
+SPEC_WRITES: dict[str, tuple[str, ...]] = {
+    "get_num_free_blocks": (),
+    "get_total_usable_blocks": (),
+    "can_allocate": (),
+    "update_blocks_slot": (),
+    "get_computed_blocks": ("ref_counts",),
+    "free_blocks": ("ref_counts",),
+}
+_REF = attrgetter("ref_count")
+_new = tuple.__new__
+
+
+@lru_cache(maxsize=65_536)
+def _chain_hashes(tokens: tuple[int, ...], block_size: int) -> list[bytes]:
+    """``chain_hashes``, remembered across drivers (a pure function; prompts repeat across
+    episodes of the same block size). Callers copy the list."""
+    return chain_hashes(list(tokens), block_size)
+
+
+def read_spec(
+    spec: SpecBlockManager, method: str, before: BlockManagerSnapshot
+) -> BlockManagerSnapshot:
+    """The spec's snapshot after ``method``: ``before`` with the fields it can change
+    (:data:`SPEC_WRITES`) read again, its other fields kept (the same objects)."""
+    writes = SPEC_WRITES.get(method)
+    if writes is None:
+        return read_block_manager(spec)
+    if not writes:
+        return before
+    n, size, free, used, _, hashes, index = before  # writes == ("ref_counts",)
+    refs = tuple(map(_REF, spec.blocks))
+    return _new(BlockManagerSnapshot, (n, size, free, used, refs, hashes, index))
+
 
 @dataclass(frozen=True)
 class Config:
@@ -80,7 +119,7 @@ class Holder:
     """A live owner of page references: a request's block table or a prefix pin."""
 
     kind: str  # "request" | "pin"
-    table: list[int]
+    table: tuple[int, ...]  # replaced, never changed in place (ledgers share it)
     tokens: list[int] = field(default_factory=list)
     length: int = 0  # tokens whose slots exist (the request's KV length)
     indexed: int = 0  # leading pages already published
@@ -101,6 +140,8 @@ class Driver:
             validate_first=validate_first,
             snapshot_checks=SNAPSHOT_CHECKS,
             verdicts=VERDICTS,
+            state_holds=state_holds,
+            spec_reader=read_spec,
         )
         self.holders: list[Holder] = []
         self.released: list[list[int]] = []
@@ -108,6 +149,8 @@ class Driver:
         self.ledger_valid = True
         self.coverage: Counter[str] = Counter()
         self._hashes: dict[tuple[int, ...], list[bytes]] = {}
+        self._ledger: tuple[tuple[int, ...], ...] = ()
+        self._occurrences: tuple[int, ...] | None = (0,) * config.num_blocks
 
     # ------------------------------------------------------------ plumbing
     @property
@@ -149,28 +192,42 @@ class Driver:
             cov["path:out_of_blocks"] += 1
         if not free:
             cov["path:pool_full"] += 1
-        if any(len(ids) > 1 for _, ids in snap.hash_to_block_ids):
+        # more hashed pages than hashes (the index is consistent: checked by the call)
+        if len(snap.hash_to_block_ids) < len(snap.hashes) - snap.hashes.count(EMPTY_BLOCK_HASH):
             cov["path:duplicate_hash_pages"] += 1
         if method == "get_computed_blocks" and returned and returned[0]:
             cov["path:prefix_hit"] += 1
         return out
 
     def after_call(self) -> None:
-        """Record the ledger in the last step and check the invariants that need it."""
-        tables = [list(h.table) for h in self.holders]
-        self.ls.steps[-1].holders = tables if self.ledger_valid else None
-        self.check_ledger(tables)
+        """Record the ledger in the last step and check the invariants that need it.
 
-    def check_ledger(self, tables: list[list[int]]) -> None:
+        The ledger is the holders' tables (tuples, never changed in place), so an unchanged one
+        is the same tuples: it is recorded by reference and its page occurrences are counted
+        once, not once per call."""
+        tables = tuple([h.table for h in self.holders])
+        if tables != self._ledger:
+            self._ledger = tables
+            self._occurrences = page_occurrences(self.config.num_blocks, tables)
+        self.ls.steps[-1].holders = self._ledger if self.ledger_valid else None
+        self.check_ledger(self._ledger)
+
+    def check_ledger(self, tables: Sequence[Sequence[int]]) -> None:
         """``referenced_count_matches_live_pages`` (the target's usable counter, every call),
         ``no_live_eviction`` and ``no_leak_at_quiescence`` against the ledger ``tables``.
 
-        A verdict-preserving fast path first (:func:`ledger_holds`); the predicates themselves
+        A verdict-preserving fast path first (:func:`counts_hold`); the predicates themselves
         run when it does not confirm, so a failure is always theirs, with their message."""
         snap = self.ls.after
         usable = self.target.get_total_usable_blocks()
-        if self.ledger_valid and tables and ledger_holds(snap, usable, tables):
-            return
+        if self.ledger_valid and tables:
+            occurrences = (
+                self._occurrences
+                if tables is self._ledger
+                else page_occurrences(self.config.num_blocks, tables)
+            )
+            if occurrences is not None and counts_hold(snap, usable, occurrences):
+                return
         problem = inv.referenced_count_matches_live_pages(
             snap, usable, tables if self.ledger_valid else None
         )
@@ -255,7 +312,7 @@ class Driver:
         key = tuple(tokens)
         found = self._hashes.get(key)
         if found is None:
-            found = self._hashes[key] = chain_hashes(tokens, self.config.block_size)
+            found = self._hashes[key] = _chain_hashes(key, self.config.block_size)
         return list(found)
 
     # ------------------------------------------------------------ operations (simple first)
@@ -278,7 +335,7 @@ class Driver:
         computed = c.int(0, p - 1) if c.chance(0.2) else 0
         out = self.call("allocate_slots", p - computed, computed)
         if out.raised is None and out.returned is not None:
-            self.holders.append(Holder("request", list(out.returned[0]), tokens, p, 0))
+            self.holders.append(Holder("request", tuple(out.returned[0]), tokens, p, 0))
             self.prompts.append(tokens)
             self.after_call()
             if c.chance(0.5):  # prefill done: publish now (else later, by its own rule)
@@ -294,7 +351,7 @@ class Driver:
         cap = p - 1 if c.chance(0.9) else c.int(0, p + self.config.block_size)
         out = self.call("get_computed_blocks", hashes, cap)
         cached, hit = out.returned
-        pin = Holder("pin", list(cached))
+        pin = Holder("pin", tuple(cached))
         if cached:
             self.holders.append(pin)
         self.after_call()
@@ -304,7 +361,7 @@ class Driver:
             self.holders.remove(pin)
         if out.raised is None and out.returned is not None:
             self.holders.append(
-                Holder("request", list(out.returned[0]), tokens, max(p, computed), len(cached))
+                Holder("request", tuple(out.returned[0]), tokens, max(p, computed), len(cached))
             )
             self.prompts.append(tokens)
             self.after_call()
@@ -327,7 +384,7 @@ class Driver:
         tokens = c.pick(self.prompts)
         out = self.call("get_computed_blocks", self.hashes(tokens), c.int(0, len(tokens) + 1))
         if out.returned[0]:
-            self.holders.append(Holder("pin", list(out.returned[0])))
+            self.holders.append(Holder("pin", tuple(out.returned[0])))
         self.after_call()
 
     def publish_computed_blocks(self, c: Chooser) -> None:
@@ -346,7 +403,7 @@ class Driver:
         h = c.pick(self.decodable())
         out = self.call("append_slot", list(h.table), h.length + 1)
         if out.raised is None:
-            h.table = list(out.returned[0])
+            h.table = tuple(out.returned[0])
             h.length += 1
             h.tokens = [*h.tokens, c.int(0, self.config.vocab - 1)][: h.length]
         self.after_call()
@@ -358,7 +415,7 @@ class Driver:
             "append_slots", list(h.table), h.length + 1, c.int(0, 2 * self.config.block_size)
         )
         if out.raised is None:
-            h.table = list(out.returned[0])
+            h.table = tuple(out.returned[0])
         self.after_call()
 
     def truncate_blocks(self, c: Chooser) -> None:
@@ -372,7 +429,7 @@ class Driver:
         keep = max(1, min(keep, capacity)) if capacity else 1
         out = self.call("truncate_blocks", list(h.table), keep)
         if out.raised is None:
-            h.table = list(out.returned)
+            h.table = tuple(out.returned)
             while len(h.tokens) < keep:
                 h.tokens.append(c.int(0, self.config.vocab - 1))
             h.tokens = h.tokens[:keep]
@@ -470,7 +527,7 @@ class Driver:
             start = max(1, h.length + 1 + c.pick((size, -size, 2 * size)))
             out = self.call("append_slots", list(h.table), start, 1)
             if out.raised is None:  # the drawn start happened to fit: the pages are the request's
-                h.table = list(out.returned[0])
+                h.table = tuple(out.returned[0])
         self.after_call()
 
     def bad_duplicate_ids(self, c: Chooser) -> None:
@@ -515,7 +572,10 @@ class Facts(NamedTuple):
                 requests = True
                 decodable = decodable or len(h.table) == -(-h.length // size)
                 indexed = indexed or h.indexed > 0
-        return cls(bool(d.prompts), requests, decodable, bool(d.holders), bool(d.released), indexed)
+        return tuple.__new__(  # (NamedTuple's own constructor is Python-level)
+            cls,
+            (bool(d.prompts), requests, decodable, bool(d.holders), bool(d.released), indexed),
+        )
 
 
 OPERATIONS: tuple[Operation, ...] = (

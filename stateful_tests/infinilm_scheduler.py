@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import importlib
 import sys
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
-from operator import attrgetter
+from functools import partial
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.errors import OutOfBlocksError, exception_kind
-from spec.infinilm.request import InferenceRequest, RequestStatus, SamplingParams
+from spec.infinilm.request import TERMINAL, InferenceRequest, RequestStatus, SamplingParams
 from spec.infinilm.scheduler import (
     RESERVATIONS,
     KVConnectorOutput,
@@ -38,15 +40,16 @@ from spec.infinilm.scheduler import (
 )
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
 from spec.infinilm.snapshot import (
-    BlockManagerSnapshot,
     SchedulerSnapshot,
     queue_items,
     read_block_manager,
     read_scheduler,
+    request_row,
 )
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
-from stateful_tests.fastpath import ledger_holds
+from stateful_tests.fastpath import counts_hold, page_occurrences, placement_holds, state_holds
 from stateful_tests.lockstep import Chooser, Lockstep, Verdicts
+from stateful_tests.sealed import sealed
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,10 @@ class ScriptedConnector:
 
 
 def _ids(queue: Any) -> tuple[str, ...]:
-    return tuple(r.request_id for r in queue_items(queue))
+    return tuple(map(_REQUEST_ID, queue_items(queue)))
+
+
+_REQUEST_ID = attrgetter("request_id")
 
 
 class RequestTypes(NamedTuple):
@@ -288,23 +294,114 @@ class EngineHarness:
         return read_scheduler(self.s, self.requests)
 
 
+# ----------------------------------------------------------------------------- reading
+_TERMINAL_NAMES = frozenset(status.name for status in TERMINAL)
+_TERMINAL = tuple(TERMINAL)
+
+
+class _Rows:
+    """One harness's request rows (sorted by id) and which of them are still read every event."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []  # request ids, sorted
+        self.rows: list[tuple[Any, ...]] = []  # their rows, in that order
+        self.open: set[str] = set()  # the ids whose rows are read every event (not sealed)
+
+
+class SealedReader:
+    """The snapshot reader of one driver's harnesses, which reads a request's row once it is
+    sealed (:func:`stateful_tests.sealed.sealed`) instead of after every event.
+
+    Why that reads the same snapshot: a sealed request is terminal and referenced only by its
+    harness's ``requests`` dict (so are its lists and plain attribute objects; no weak
+    reference), so neither scheduler can reach it. Only the harness can hand it out again: it
+    looks requests up by the ids an event names (``abort``, ``can_accept_request``), and the
+    driver unseals every id an event names (:meth:`unseal`) before the event; a ``step``
+    touches only the requests the scheduler's output holds (reachable, so never sealed), and
+    its plan names only live requests. A sealed row is therefore what it was when it was
+    sealed. A row sealed on both sides with the same value is kept once, so the spec-vs-target
+    comparison meets the same object."""
+
+    def __init__(self) -> None:
+        self._of: dict[EngineHarness, _Rows] = {}
+
+    def __call__(self, h: EngineHarness) -> SchedulerSnapshot:
+        return read_scheduler(h.s, h.requests, self.rows(h))
+
+    def open_ids(self, h: EngineHarness) -> Collection[str]:
+        """Ids of ``h``'s requests that are not sealed (every one, before ``h`` is read)."""
+        r = self._of.get(h)
+        return h.requests if r is None else r.open
+
+    def rows(self, h: EngineHarness) -> tuple[tuple[Any, ...], ...]:
+        """The ``requests`` field of ``h``'s snapshot: rows sorted by id (ids are only added)."""
+        requests = h.requests
+        r = self._of.get(h)
+        if r is None:
+            r = self._of[h] = _Rows()
+        rows, order = r.rows, r.order
+        if len(order) != len(requests):  # new requests (ids are only added): open, in place
+            for rid in set(requests).difference(order):
+                i = bisect_left(order, rid)
+                order.insert(i, rid)
+                rows.insert(i, ())
+                r.open.add(rid)
+        for rid in list(r.open):
+            if rid not in requests:  # an id an event named that the harness does not hold
+                r.open.discard(rid)
+                continue
+            i = bisect_left(order, rid)
+            row = rows[i] = request_row(rid, requests[rid])
+            if row[1] in _TERMINAL_NAMES and sealed(requests, rid):
+                r.open.discard(rid)
+                rows[i] = self._shared(h, rid, row)
+        return tuple(rows)
+
+    def _shared(self, h: EngineHarness, rid: str, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``row``, or an equal sealed row of the other harness (one object for both)."""
+        for other, r in self._of.items():
+            if other is not h and rid not in r.open:
+                i = bisect_left(r.order, rid)
+                if i < len(r.order) and r.order[i] == rid and r.rows[i] == row:
+                    return r.rows[i]
+        return row
+
+    def unseal(self, args: Any) -> None:
+        """Read again, from now on, the requests whose ids occur in ``args`` (nested lists too)."""
+        for a in args:
+            if type(a) is str:
+                for r in self._of.values():
+                    r.open.add(a)  # (an id it does not hold is dropped at the next read)
+            elif type(a) is list:
+                self.unseal(a)
+
+
 # ----------------------------------------------------------------------------- invariants
 def state_invariants(snap: SchedulerSnapshot) -> str | None:
     """The block-manager state invariants on the scheduler's pool (``"name: problem"``)."""
     return inv.first_state_violation(snap.block_manager)
 
 
-def _referenced_count(
-    snap: BlockManagerSnapshot, usable: int, holders: list[tuple[int, ...]]
-) -> str | None:
-    """``referenced_count_matches_live_pages``, its verdict-preserving fast path first."""
-    if ledger_holds(snap, usable, holders):
-        return None
-    return inv.referenced_count_matches_live_pages(snap, usable, holders)
+def _holders(snap: SchedulerSnapshot, lost: Collection[str]) -> list[tuple[int, ...]]:
+    """``snap.holders(lost)``, its id -> table map built without a Python-level loop."""
+    rows = snap.requests
+    tables = dict(zip(map(_ROW_ID, rows), map(_ROW_TABLE, rows), strict=True))
+    return [
+        *map(tables.__getitem__, snap.placed()),
+        *map(tables.__getitem__, sorted(lost)),
+        *(t for _, t in snap.pending_free_blocks),
+    ]
+
+
+_ROW_ID, _ROW_TABLE = itemgetter(0), itemgetter(2)
 
 
 # Pools on which the block-manager state invariants held: they read only that part of a snapshot.
 VERDICTS = Verdicts(key=attrgetter("block_manager"))
+
+
+def _bm_state_holds(snap: SchedulerSnapshot) -> bool:
+    return state_holds(snap.block_manager)
 
 
 def _placement(snap: SchedulerSnapshot, lost: Collection[str]) -> str | None:
@@ -314,7 +411,7 @@ def _placement(snap: SchedulerSnapshot, lost: Collection[str]) -> str | None:
     if _LAST_PLACEMENT[0] == key:
         remembered: str | None = _LAST_PLACEMENT[1]
         return remembered
-    problem = inv.request_in_exactly_one_place(snap, lost)
+    problem = None if placement_holds(snap, lost) else inv.request_in_exactly_one_place(snap, lost)
     _LAST_PLACEMENT[:] = [key, problem]
     return problem
 
@@ -322,52 +419,83 @@ def _placement(snap: SchedulerSnapshot, lost: Collection[str]) -> str | None:
 _LAST_PLACEMENT: list[Any] = [None, None]
 
 
+# The harness invariants, in checking order: each (harness, its snapshot now, soundness) -> problem.
+def _check_placement(h: EngineHarness, snap: SchedulerSnapshot, soundness: bool) -> str | None:
+    return _placement(snap, h.lost)
+
+
+def _check_reservation(h: EngineHarness, snap: SchedulerSnapshot, soundness: bool) -> str | None:
+    s = h.s
+    if not hasattr(s, "num_reserved_decode_blocks"):  # a scheduler that keeps no counter
+        return None
+    return inv.reservation_counter_matches_scan(
+        s.num_reserved_decode_blocks,
+        queue_items(s.running_queue),
+        h.config.reservation,
+        h.config.block_size,
+    )
+
+
+def _check_pending(h: EngineHarness, snap: SchedulerSnapshot, soundness: bool) -> str | None:
+    s = h.s
+    return inv.pending_counter_matches_scan(
+        s.pending_kv_decode_blocks,
+        s.remote_kv_requests.values(),
+        h.config.reservation,
+        h.config.block_size,
+    )
+
+
+def _check_referenced(h: EngineHarness, snap: SchedulerSnapshot, soundness: bool) -> str | None:
+    usable = h.s.cache_manager.get_total_usable_blocks()
+    lost = frozenset(h.lost)
+    remembered = _LAST_LEDGER
+    if remembered[0] is snap and remembered[1] == lost:  # the other harness's equal snapshot
+        holders, occurrences = remembered[2], remembered[3]
+    else:
+        holders = _holders(snap, lost)
+        occurrences = page_occurrences(snap.block_manager.num_blocks, holders)
+        _LAST_LEDGER[:] = [snap, lost, holders, occurrences]
+    if occurrences is not None and counts_hold(snap.block_manager, usable, occurrences):
+        return None
+    return inv.referenced_count_matches_live_pages(snap.block_manager, usable, holders)
+
+
+# The last snapshot's (snapshot, lost, holders, their page occurrences): the driver checks the
+# spec's and the target's harness on one snapshot object, one after the other.
+_LAST_LEDGER: list[Any] = [None, None, None, None]
+
+
+def _check_leak(h: EngineHarness, snap: SchedulerSnapshot, soundness: bool) -> str | None:
+    return inv.no_leak_at_quiescence(snap.block_manager) if snap.quiescent(h.lost) else None
+
+
+def _check_soundness(h: EngineHarness, snap: SchedulerSnapshot, soundness: bool) -> str | None:
+    if not soundness:
+        return None
+    return inv.admission_soundness(h.decode_oom_without_drafts, h.config.reservation)
+
+
+HARNESS_CHECKS: tuple[
+    tuple[str, Callable[[EngineHarness, SchedulerSnapshot, bool], str | None]], ...
+]
+HARNESS_CHECKS = (
+    ("request_in_exactly_one_place", _check_placement),
+    ("reservation_counter_matches_scan", _check_reservation),
+    ("pending_counter_matches_scan", _check_pending),
+    ("referenced_count_matches_live_pages", _check_referenced),
+    ("no_leak_at_quiescence", _check_leak),
+    ("admission_soundness", _check_soundness),
+)
+
+
 def harness_checks(
     h: EngineHarness, *, soundness: bool, snap: SchedulerSnapshot | None = None
 ) -> list[tuple[str, Callable[[], str | None]]]:
     """The invariants that need a harness's own objects, in checking order: (name, check).
     ``snap``: the harness's snapshot now, when the caller has just read it (read otherwise)."""
-    s, size, variant = h.s, h.config.block_size, h.config.reservation
-    if snap is None:
-        snap = read_scheduler(s, h.requests)
-    checks: list[tuple[str, Callable[[], str | None]]] = [
-        ("request_in_exactly_one_place", lambda: _placement(snap, h.lost)),
-        (
-            "reservation_counter_matches_scan",
-            lambda: (
-                inv.reservation_counter_matches_scan(
-                    s.num_reserved_decode_blocks, queue_items(s.running_queue), variant, size
-                )
-                if hasattr(s, "num_reserved_decode_blocks")  # a scheduler that keeps a counter
-                else None
-            ),
-        ),
-        (
-            "pending_counter_matches_scan",
-            lambda: inv.pending_counter_matches_scan(
-                s.pending_kv_decode_blocks, s.remote_kv_requests.values(), variant, size
-            ),
-        ),
-        (
-            "referenced_count_matches_live_pages",
-            lambda: _referenced_count(
-                snap.block_manager, s.cache_manager.get_total_usable_blocks(), snap.holders(h.lost)
-            ),
-        ),
-        (
-            "no_leak_at_quiescence",
-            lambda: (
-                inv.no_leak_at_quiescence(snap.block_manager) if snap.quiescent(h.lost) else None
-            ),
-        ),
-        (
-            "admission_soundness",
-            lambda: (
-                inv.admission_soundness(h.decode_oom_without_drafts, variant) if soundness else None
-            ),
-        ),
-    ]
-    return checks
+    now = read_scheduler(h.s, h.requests) if snap is None else snap
+    return [(name, partial(check, h, now, soundness)) for name, check in HARNESS_CHECKS]
 
 
 def check_harness(
@@ -375,8 +503,10 @@ def check_harness(
 ) -> tuple[str, str] | None:
     """``(name, detail)`` of the first broken harness invariant, or ``None`` (``snap`` as in
     :func:`harness_checks`)."""
-    for name, check in harness_checks(h, soundness=soundness, snap=snap):
-        problem = check()
+    if snap is None:
+        snap = read_scheduler(h.s, h.requests)
+    for name, check in HARNESS_CHECKS:
+        problem = check(h, snap, soundness)
         if problem:
             return name, problem
     return None
@@ -400,13 +530,15 @@ class Driver:
         self.soundness = soundness
         self.spec_h = EngineHarness(SpecScheduler, config)
         self.target_h = EngineHarness(target_cls, config, request_types(target_cls, request_module))
+        self.reader = SealedReader()
         self.ls = Lockstep(
             self.spec_h,
             self.target_h,
-            lambda h: h.snapshot(),
+            self.reader,
             state_invariants={"block_manager": state_invariants},
             validate_first=lambda method, exc: False,
             verdicts=VERDICTS,
+            state_holds=_bm_state_holds,
         )
         self.prompts: list[list[int]] = []
         self.next_id = 0
@@ -421,9 +553,14 @@ class Driver:
         """The spec's unfinished requests, oldest first. Remembered per spec snapshot: statuses
         change only inside lockstep calls, and each call reads a new snapshot."""
         if self._live[0] is not self.ls.after:
+            unsealed = self.reader.open_ids(self.spec_h)  # sealed ones are finished
             self._live = (
                 self.ls.after,
-                [rid for rid, r in self.spec_h.requests.items() if not r.is_finished()],
+                [  # (r.is_finished(), without Enum's Python-level hash)
+                    rid
+                    for rid, r in self.spec_h.requests.items()
+                    if rid in unsealed and r.status not in _TERMINAL
+                ],
             )
         return list(self._live[1])
 
@@ -432,6 +569,8 @@ class Driver:
         return list(self.ls.after.waiting)
 
     def call(self, method: str, *args: Any) -> Any:
+        if method != "step":  # (a step's plan only names live requests: none is sealed)
+            self.reader.unseal(args)
         out = self.ls.call(method, *args)
         self.coverage[f"call:{method}"] += 1
         if out.raised is not None:
@@ -534,12 +673,25 @@ class Driver:
         self.call("can_accept_request", c.pick(self.waiting()), 0)
 
 
+class Facts(NamedTuple):
+    """What the operations' enabling conditions read, computed once per event (a tuple: the
+    fuzzer remembers the enabled rows per distinct value)."""
+
+    live: bool
+    waiting: bool
+    connector: bool
+
+    @classmethod
+    def of(cls, d: Driver) -> Facts:
+        return tuple.__new__(cls, (bool(d.live()), bool(d.ls.after.waiting), d.config.connector))
+
+
 OPERATIONS: tuple[Operation, ...] = (
     Operation("add_request", 6),
     Operation("step", 12),
-    Operation("abort", 1, lambda d: bool(d.live())),
-    Operation("connector_events", 3, lambda d: d.config.connector),
-    Operation("can_accept_request", 1, lambda d: bool(d.waiting())),
+    Operation("abort", 1, lambda f: f.live),
+    Operation("connector_events", 3, lambda f: f.connector),
+    Operation("can_accept_request", 1, lambda f: f.waiting),
 )
 
 
@@ -593,6 +745,7 @@ CHECKER = CheckerDef(
     machine_config=machine_config,
     fuzz_config=fuzz_config,
     operations=OPERATIONS,
+    facts=Facts.of,
     spec_cls=SpecScheduler,
     invariants=(
         *inv.STATE_INVARIANTS,

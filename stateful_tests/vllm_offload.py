@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from spec import invariants as inv
@@ -217,7 +218,7 @@ def call_invariants(
     or adapted the ARC target; which input keys its eviction protects)."""
     if method == "reset_cache":
         return None
-    features = variant_keywords(config.policy, config.variant)
+    features = _features(config.policy, config.variant)
     failed_store = raised is None and method == "prepare_store" and returned is None
     if failed_store and inv.atomic_failure(_allowed_changes(before, after, features), after):
         changed = before.differing_fields(after)
@@ -243,8 +244,14 @@ def call_invariants(
     return None if problem is None else ("no_live_eviction", problem)
 
 
+@cache
+def _features(policy: str, variant: str) -> Mapping[str, Any]:
+    """A variant's release features, computed once per variant (read, never changed)."""
+    return MappingProxyType(variant_keywords(policy, variant))
+
+
 def _allowed_changes(
-    before: OffloadManagerSnapshot, after: OffloadManagerSnapshot, features: dict[str, Any]
+    before: OffloadManagerSnapshot, after: OffloadManagerSnapshot, features: Mapping[str, Any]
 ) -> OffloadManagerSnapshot:
     """``before`` with the parts a failed ``prepare_store`` may change taken from ``after``: the
     tracker when stores count offers, the ARC target and ghost lists with ``arc_store_miss``."""

@@ -65,6 +65,8 @@ DOC: dict[str, Any] = {
             "ops": 1000,
             "seconds": 0.02,
             "ops_per_second": 50_000,
+            "cpu_seconds": 0.025,
+            "calls_per_cpu_second": 40_000,
             "passed": True,
         },
     ],
@@ -99,7 +101,7 @@ def test_bench_table_has_every_row_with_pr_and_goal_verdict() -> None:
 
 def test_fuzz_and_explore_tables_show_throughput_and_incompleteness() -> None:
     fuzz = figures.render_fuzz(DOC)
-    assert "| `c` | — | 1,000 | 0.0 | 50,000 | 0 |" in fuzz
+    assert "| `c` | — | 1,000 | 0.0 | 50,000 | 40,000 | 0 |" in fuzz
     explore = figures.render_explore(DOC)
     assert "| `c` | a | pages=3, variants=a/b |" in explore
     assert "**no** (time limit), **violation**" in explore

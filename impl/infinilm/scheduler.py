@@ -27,7 +27,6 @@ from collections.abc import Iterable
 
 from impl.infinilm.block_manager import BlockManager
 from impl.infinilm.kernels import add_reservation, remove_reservation, snapshot_due
-from spec.infinilm.block_manager import ceil_div
 from spec.infinilm.kernels import admits, scan_reservation
 from spec.infinilm.request import TERMINAL, InferenceRequest, RequestStatus
 from spec.infinilm.scheduler import (
@@ -126,12 +125,11 @@ class Scheduler(SpecScheduler):
             running = self._running_required_blocks()
         else:
             running = running_required_blocks
+        size = self.block_size
+        own = req.prompt_length - num_local_computed_tokens + req.sampling_params.max_tokens
         return admits(
             running,
-            ceil_div(
-                req.prompt_length - num_local_computed_tokens + req.sampling_params.max_tokens,
-                self.block_size,
-            ),
+            (own + size - 1) // size,  # ceil_div, inlined
             self.pending_kv_decode_blocks,
             current_prefill_extra_blocks,
             self.cache_manager.get_total_usable_blocks(),
@@ -200,9 +198,16 @@ class Scheduler(SpecScheduler):
                 # _exceeds_token_budget, inlined
                 rejected = not is_async and bool(batch) and tokens + prompt - computed > budget
                 if not rejected:  # the admission check is a call: an engine's hook point
-                    if not incremental and snapshot_due(
-                        running_required,
-                        mamba is None or req.mamba_cache_index is not None or mamba.can_allocate(),
+                    # (snapshot_due is False once the snapshot is taken: asked only before)
+                    if (
+                        not incremental
+                        and running_required is None
+                        and snapshot_due(
+                            running_required,
+                            mamba is None
+                            or req.mamba_cache_index is not None
+                            or mamba.can_allocate(),
+                        )
                     ):
                         running_required = self._running_required_blocks()
                     rejected = not self.can_accept_request(

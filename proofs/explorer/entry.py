@@ -13,6 +13,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ class Exploration:
 
     def to_json(self) -> dict[str, Any]:
         results = [r for _, r in self.runs]
+        depths = [r.states_per_depth for r in results]  # summed over the variants' searches
         seconds = sum(r.seconds for r in results)
         states = sum(r.distinct_states for r in results)
         bounds = dict(results[0].bounds) if results else {}
@@ -83,6 +85,7 @@ class Exploration:
             "executed_calls": sum(r.executed_calls for r in results),
             "peak_memory_mb": max((round(r.peak_memory_mb, 1) for r in results), default=0.0),
             "workers": max((r.workers for r in results), default=1),
+            "states_per_depth": [sum(col) for col in zip_longest(*depths, fillvalue=0)],
             "complete": bool(results) and all(r.complete for r in results),
             "violations": violations,
             "runs": [{"variant": v or None, **r.to_json()} for v, r in self.runs],
@@ -107,11 +110,13 @@ def run(
     inputs: str = "all",
     workers: int = 1,
     memo: bool = True,
+    backend: Callable[[], Any] | None = None,
 ) -> Exploration:
     """Explore ``component`` against ``target_cls`` once per variant of ``variants`` (``[""]`` for
     a component without variants), stopping after the first variant that fails. The models are
     built (and their bounds validated) before the first search starts. ``workers``: processes per
-    search; ``memo=False``: run every edge (no remembered transitions)."""
+    search, each search on a new ``backend()`` (default: forked local processes); ``memo=False``:
+    run every edge (no remembered transitions)."""
     out = Exploration(component, target)
     models = [
         (
@@ -138,6 +143,7 @@ def run(
             inputs=inputs,
             workers=workers,
             memo=memo,
+            backend=backend,
         )
         out.runs.append((v, result))
         if not result.passed or (deadline is not None and time.perf_counter() > deadline):

@@ -10,12 +10,24 @@ every state of depth d is expanded (by whichever worker) before any of depth d+1
 counterexample is still a shortest one; several found in one layer resolve to the least path.
 
 The processes sit behind :class:`Backend` (start, send, receive, close): :class:`ProcessBackend`
-forks local workers; a cluster backend (Ray, say) can implement the same four calls.
+forks local workers; a cluster backend implements the same four calls (``kvspec explore --address``:
+Ray actors, in kvspec/distributed.py).
+
+Fingerprints are ``hash()`` values, and those only mean the same in forked copies of one process:
+on CPython 3.11 ``hash(None)`` is an address, and the set tables in a pair key hold element
+addresses. A backend whose workers are other interpreters says ``portable = True``; its workers
+then route a state by a digest of its pair's snapshot that every interpreter computes alike
+(:func:`stable_digest`), and an owner fingerprints every state it is sent itself (after replaying
+its path) instead of trusting the sender's number. Ownership stays by pair, so a pair's states
+still share one memo; the cost is a replay per incoming path and a digest per new pair.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
+import hashlib
 import multiprocessing
 import time
 from collections.abc import Callable
@@ -28,7 +40,8 @@ Path = tuple[int, ...]
 
 
 class Backend(Protocol):
-    """Where the workers run: one message channel per worker."""
+    """Where the workers run: one message channel per worker. A backend whose workers are not
+    forked from this process also sets ``portable = True`` (read with a default of ``False``)."""
 
     def start(self, n: int, worker: Callable[[Any, int, int], None]) -> None: ...
     def send(self, i: int, message: Any) -> None: ...
@@ -83,11 +96,75 @@ def replay(exp: Expander, path: Path) -> tuple[Any, Any, Any, Any]:
     return spec, target, model.reader(spec), gen
 
 
+def stable_digest(value: Any) -> int:
+    """A 64-bit digest of ``value`` that is the same in every interpreter (no ``hash()``, no
+    addresses): snapshots are tuples, named tuples and dataclasses of ints, strings, bytes,
+    enums and ``None``; sets are digested in the order of their elements' digests."""
+    h = hashlib.blake2b(digest_size=8)
+    _feed(h.update, value)
+    return int.from_bytes(h.digest(), "little")
+
+
+def _feed(put: Callable[[bytes], Any], v: Any) -> None:
+    t = type(v)
+    if v is None or t is bool or t is int or t is float:
+        put(f"{t.__name__}:{v!r};".encode())
+    elif t is str or t is bytes:
+        raw = v.encode("utf-8", "surrogatepass") if t is str else v
+        put(b"s" if t is str else b"b")
+        put(len(raw).to_bytes(8, "little") + raw)
+    elif isinstance(v, enum.Enum):
+        put(f"{t.__qualname__}.{v.name};".encode())
+    elif isinstance(v, tuple | list):
+        put(f"({t.__qualname__} {len(v)}".encode())
+        for x in v:
+            _feed(put, x)
+        put(b")")
+    elif isinstance(v, set | frozenset):
+        put(f"{{{len(v)}".encode())
+        for d in sorted(stable_digest(x) for x in v):
+            put(d.to_bytes(8, "little"))
+        put(b"}")
+    elif isinstance(v, dict):
+        put(f"[{len(v)}".encode())
+        for k, x in v.items():
+            _feed(put, k)
+            _feed(put, x)
+        put(b"]")
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        put(f"<{t.__qualname__}".encode())
+        for f in dataclasses.fields(v):
+            _feed(put, getattr(v, f.name))
+        put(b">")
+    else:  # anything else by its text (a repr with an address would over-distinguish: sound)
+        put(f"?{t.__qualname__}:{v!r};".encode())
+
+
+class _PortableExpander(Expander):
+    """An expander that also keeps, per pair, the stable digest of its observable state (the
+    pair's owner in a portable search). Every model's ``observable`` is a function of the pair
+    key (symmetry-reduced where the key is), so equal pairs get equal owners everywhere; it is
+    read without a generator model (``()``): a route must not depend on it."""
+
+    def __init__(self, model: Any, *, well_formed: bool, memo: bool) -> None:
+        super().__init__(model, well_formed=well_formed, memo=memo)
+        self.routes: list[int] = []
+
+    def pair(self, spec: Any, target: Any, snap: Any) -> int:
+        pid = super().pair(spec, target, snap)
+        if pid == len(self.routes):
+            self.routes.append(stable_digest(self.model.observable(snap, ())))
+        return pid
+
+
 class _Worker:
     """One worker's share: its visited fingerprints, its frontier, its expander."""
 
-    def __init__(self, exp: Expander, wid: int, n: int) -> None:
+    def __init__(self, exp: Expander, wid: int, n: int, portable: bool = False) -> None:
         self.exp, self.wid, self.n = exp, wid, n
+        self.portable = portable
+        # the owner of a pair: by its fingerprint, or (portable) by its snapshot's digest
+        self.routes = exp.routes if isinstance(exp, _PortableExpander) else exp.pair_fps
         self.seen: set[int] = set()
         self.observed: set[int] = set()
         self.frontier: list[tuple[Path, int, Any]] = []
@@ -103,14 +180,15 @@ class _Worker:
         if problem is None:
             self.exp.keep(pid, objects)
             self.seen.add(fp)
-            self.observed.add(hash(self.exp.model.observable(snap, gen)))
+            seen = self.exp.model.observable(snap, gen)
+            self.observed.add(stable_digest(seen) if self.portable else hash(seen))
             self.nxt.append((path, pid, gen))
         return problem
 
     def expand(self, deadline: float | None) -> tuple[Any, ...]:
         exp, n, wid = self.exp, self.n, self.wid
         outgoing: list[list[tuple[int, Path]]] = [[] for _ in range(n)]
-        fps = exp.pair_fps
+        fps, routes = exp.pair_fps, self.routes
         for done, (path, pid, gen) in enumerate(self.frontier):
             if deadline is not None and time.perf_counter() > deadline:
                 return ("deadline", outgoing, len(self.frontier) - done)
@@ -119,7 +197,7 @@ class _Worker:
                 return ("found", (*path, *found[0]), found[1])
             for index, succ, g, objects in successors:
                 fp = hash((fps[succ], g))
-                owner = fps[succ] % n  # by pair: every state of a pair meets that pair's memo
+                owner = routes[succ] % n  # by pair: every state of a pair meets that pair's memo
                 if owner != wid:
                     if fp not in self.sent:
                         self.sent.add(fp)
@@ -135,10 +213,14 @@ class _Worker:
 
     def ingest(self, items: list[tuple[int, Path]]) -> tuple[Any, ...]:
         for fp, path in items:
-            if fp in self.seen:
+            if fp in self.seen and not self.portable:
                 continue
             spec, target, snap, gen = replay(self.exp, path)
             pid = self.exp.pair(spec, target, snap)
+            if self.portable:  # the sender's number means nothing here: this process's own
+                fp = hash((self.exp.pair_fps[pid], gen))
+                if fp in self.seen:
+                    continue
             problem = self.accept(fp, path, pid, gen, (spec, target, snap))
             if problem is not None:
                 return ("found", path, problem)
@@ -163,15 +245,18 @@ def explore_layers(
     """The layer-synchronous search on ``workers`` processes; the same contract as the serial
     loop (counterexample, stop reason, states left unexpanded). ``max_states`` is checked at
     layer boundaries and per worker share (the count may pass it by less than one layer)."""
-    pid0, gen0 = start
-    fp0 = hash((exp.pair_fps[pid0], gen0))
     share = None if max_states is None else -(-max_states // workers)
+    model, well_formed, memo = exp.model, exp.well_formed, exp.use_memo  # what a worker needs
+    pool = backend or ProcessBackend()
+    portable = bool(getattr(pool, "portable", False))
 
     def work(conn: Any, wid: int, n: int) -> None:
-        me = _Worker(Expander(exp.model, well_formed=exp.well_formed, memo=exp.use_memo), wid, n)
-        if exp.pair_fps[pid0] % n == wid:
-            spec, target, snap, gen = replay(me.exp, ())
-            me.accept(fp0, (), me.exp.pair(spec, target, snap), gen, (spec, target, snap))
+        kind = _PortableExpander if portable else Expander
+        me = _Worker(kind(model, well_formed=well_formed, memo=memo), wid, n, portable)
+        spec, target, snap, gen = replay(me.exp, ())  # fingerprinted with this worker's hash
+        pid = me.exp.pair(spec, target, snap)
+        if me.routes[pid] % n == wid:
+            me.accept(hash((me.exp.pair_fps[pid], gen)), (), pid, gen, (spec, target, snap))
             me.frontier, me.nxt = me.nxt, []
         while True:
             message = conn.recv()
@@ -187,10 +272,10 @@ def explore_layers(
             else:
                 return
 
-    pool = backend or ProcessBackend()
     pool.start(workers, work)
     layer = 0
     totals = (1, 1)  # (states, frontier)
+    result.states_per_depth = [1]
     stop: str | None = None
     left = 0
     found: tuple[list[int], Check] | None = None
@@ -217,7 +302,9 @@ def explore_layers(
             if founds:
                 found = min(founds, key=lambda f: (len(f[0]), f[0]))
                 break
-            totals = (sum(r[1] for r in oks), sum(r[2] for r in oks))
+            before, totals = totals[0], (sum(r[1] for r in oks), sum(r[2] for r in oks))
+            if totals[0] > before:
+                result.states_per_depth.append(totals[0] - before)
             result.edges = sum(r[3] for r in oks)
             result.executed_calls = sum(r[4] for r in oks)
             result.dropped_edges = sum(r[5] for r in oks)

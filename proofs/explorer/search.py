@@ -237,6 +237,9 @@ class ExploreResult:
     peak_memory_mb: float = 0.0  # peak resident memory of the search's processes
     workers: int = 1
     reductions: dict[str, bool] = field(default_factory=dict)
+    # distinct states first reached at each depth (index 0: the initial state); sums to
+    # distinct_states. What kvspec explore --plot draws.
+    states_per_depth: list[int] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -266,6 +269,7 @@ class ExploreResult:
             "peak_memory_mb": round(self.peak_memory_mb, 1),
             "workers": self.workers,
             "reductions": self.reductions,
+            "states_per_depth": self.states_per_depth,
             "complete": self.complete,
             "stopped_by": self.stopped_by,
             "message": self.message,
@@ -287,10 +291,12 @@ def explore(
     inputs: str = "all",
     workers: int = 1,
     memo: bool = True,
+    backend: Callable[[], Any] | None = None,
 ) -> ExploreResult:
     """Breadth-first search of ``model`` from its initial state (``inputs="well-formed"``: the
-    bad-input edges are left out; ``workers``: processes sharing each layer; ``memo=False``: every
-    edge is run, none is judged from a remembered transition).
+    bad-input edges are left out; ``workers``: processes sharing each layer, on a new
+    ``backend()`` (a :class:`~proofs.explorer.parallel.Backend`; default: forked local
+    processes); ``memo=False``: every edge is run, none is judged from a remembered transition).
 
     Stops at the first violation (the shortest counterexample; it is rebuilt, replayed with the
     component's checker and saved under ``save_dir`` if given), when the reachable states within
@@ -318,7 +324,7 @@ def explore(
     gc.disable()  # the expander collects the young generation itself (Expander.expand)
     try:
         found, stop, unexpanded = _search(
-            exp, result, (pid0, gen0), workers, depth, max_states, deadline, progress
+            exp, result, (pid0, gen0), workers, depth, max_states, deadline, progress, backend
         )
     finally:
         if collecting:
@@ -349,11 +355,15 @@ def _search(
     max_states: int | None,
     deadline: float | None,
     progress: Progress | None,
+    backend: Callable[[], Any] | None = None,
 ) -> tuple[tuple[list[int], Check] | None, str | None, int]:
     if workers > 1:
         from proofs.explorer.parallel import explore_layers
 
-        return explore_layers(exp, result, start, workers, depth, max_states, deadline, progress)
+        pool = None if backend is None else backend()
+        return explore_layers(
+            exp, result, start, workers, depth, max_states, deadline, progress, pool
+        )
     return _serial(exp, result, start, depth, max_states, deadline, progress)
 
 
@@ -379,6 +389,7 @@ def _serial(
     parent = array("q", [-1])  # state id -> parent id
     via = array("l", [-1])  # state id -> index of the edge from the parent
     frontier: list[tuple[int, int, Any]] = [(0, pid0, gen0)]
+    result.states_per_depth = per_depth = [1]
     layer = unexpanded = 0
     stop: str | None = None
     last_report = 0.0
@@ -412,6 +423,7 @@ def _serial(
                         break
             if found is not None:
                 result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
+                per_depth.extend([len(nxt)] if nxt else [])
                 return ([*_path(parent, via, sid), *found[0]], found[1]), None, 0
             if stop is None and deadline is not None and time.perf_counter() > deadline:
                 stop = "deadline"
@@ -421,6 +433,7 @@ def _serial(
             if progress is not None and time.perf_counter() - last_report > 0.25:
                 last_report = time.perf_counter()
                 progress(len(seen), exp.edges, layer + 1)
+        per_depth.extend([len(nxt)] if nxt else [])
         if stop is not None:
             break
         exp.retain({pid for _, pid, _ in nxt})

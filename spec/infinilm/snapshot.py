@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 _REF = attrgetter("ref_count")
 _HASH = attrgetter("hash")
+_new = tuple.__new__
 
 
 class BlockManagerSnapshot(NamedTuple):
@@ -56,15 +57,18 @@ def read_block_manager(bm: Any) -> BlockManagerSnapshot:
     """Snapshot any object with the upstream ``BlockManager`` attribute names."""
     blocks = bm.blocks
     index = bm.hash_to_block_ids
-    return BlockManagerSnapshot(  # positional, in field order (checkers read two per call)
-        bm.num_blocks,
-        bm.block_size,
-        tuple(bm.free_block_ids),
-        tuple(bm.used_block_ids),
-        tuple(map(_REF, blocks)),  # ref_counts
-        tuple(map(_HASH, blocks)),  # hashes
-        # hash_to_block_ids: (hash, its pages) pairs sorted by hash (distinct dict keys)
-        tuple(sorted(zip(index, map(tuple, index.values()), strict=True))),
+    return _new(  # the fields in order, without NamedTuple's Python-level constructor
+        BlockManagerSnapshot,
+        (
+            bm.num_blocks,
+            bm.block_size,
+            tuple(bm.free_block_ids),
+            tuple(bm.used_block_ids),
+            tuple(map(_REF, blocks)),  # ref_counts
+            tuple(map(_HASH, blocks)),  # hashes
+            # hash_to_block_ids: (hash, its pages) pairs sorted by hash (distinct dict keys)
+            tuple(sorted(zip(index, map(tuple, index.values()), strict=True))) if index else (),
+        ),
     )
 
 
@@ -139,12 +143,39 @@ def queue_items(queue: Any) -> tuple[Any, ...]:
 
 
 def _ids(queue: Any) -> tuple[str, ...]:
-    return tuple(r.request_id for r in queue_items(queue))
+    return tuple(map(_REQUEST_ID, queue_items(queue)))
 
 
-def read_scheduler(scheduler: Any, requests: Mapping[str, Any]) -> SchedulerSnapshot:
+_REQUEST_ID = attrgetter("request_id")
+
+
+def request_row(request_id: str, r: Any) -> tuple[Any, ...]:
+    """One request's row of :attr:`SchedulerSnapshot.requests`."""
+    status = r.status
+    try:
+        name = status._name_  # an Enum member's name, without the ``name`` property's call
+    except AttributeError:
+        name = status.name
+    return (
+        request_id,
+        name,
+        tuple(r.block_table),
+        tuple(r.slot_mapping),
+        r.num_blocks,
+        r.num_computed_tokens,
+        r.num_local_cached_tokens,
+        r.num_cache_indexed_blocks,
+        r.mamba_cache_index,
+        r.get_num_generated_tokens(),
+    )
+
+
+def read_scheduler(
+    scheduler: Any, requests: Mapping[str, Any], rows: tuple[tuple[Any, ...], ...] | None = None
+) -> SchedulerSnapshot:
     """Snapshot any object with the upstream ``Scheduler`` attribute names, plus ``requests``
-    (request id -> request: every request the engine gave it, finished ones included)."""
+    (request id -> request: every request the engine gave it, finished ones included).
+    ``rows``: the requests' rows when the caller has them (see :func:`request_row`)."""
     s = scheduler
     mamba = s.mamba_cache_manager
     return SchedulerSnapshot(
@@ -156,23 +187,9 @@ def read_scheduler(scheduler: Any, requests: Mapping[str, Any]) -> SchedulerSnap
         pending_free_blocks=tuple(sorted((k, tuple(v)) for k, v in s.pending_free_blocks.items())),
         pending_kv_decode_blocks=s.pending_kv_decode_blocks,
         cache_stats=tuple(sorted(s.get_cache_stats().items())),
-        requests=tuple(  # a list inside: cheaper than a generator, with rows for every request
-            [
-                (
-                    rid,
-                    r.status.name,
-                    tuple(r.block_table),
-                    tuple(r.slot_mapping),
-                    r.num_blocks,
-                    r.num_computed_tokens,
-                    r.num_local_cached_tokens,
-                    r.num_cache_indexed_blocks,
-                    r.mamba_cache_index,
-                    r.get_num_generated_tokens(),
-                )
-                for rid, r in sorted(requests.items())
-            ]
-        ),
+        requests=rows
+        if rows is not None
+        else tuple([request_row(rid, r) for rid, r in sorted(requests.items())]),
         mamba=(tuple(mamba.free_block_ids), tuple(mamba.used_block_ids)) if mamba else (),
         block_manager=read_block_manager(s.cache_manager),
     )
