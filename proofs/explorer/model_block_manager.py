@@ -169,6 +169,11 @@ class BlockManagerModel(Model):
 
     memo = True  # pair_key is the whole state of both sides (_whole)
     edges_from_snapshot = True
+    # The spec's read-only calls (capacity queries, slot rebuilds, lookups that pin nothing, inputs
+    # it rejects before any change) read page metadata, the free deque's length and set
+    # membership, never a set's iteration order or table: two spec states with one snapshot
+    # answer them alike (tests/test_explorer_reductions.py checks it on every reached pair).
+    spec_readonly_by_snapshot = True
 
     def __init__(
         self,
@@ -434,16 +439,22 @@ class BlockManagerModel(Model):
         state). Any other object (an engine's own class): its set tables only, as before the
         memo — and the memo and lazy cloning are switched off, since the key no longer covers
         its whole state."""
-        fast = self._fast.get(type(obj))
+        t = type(obj)
+        fast = self._fast.get(t)
         if fast is None:
-            fast = self._fast[type(obj)] = _block_manager_cloner(type(obj))
-        if fast is False or not obj.__dict__.keys() <= _BM_ATTRIBUTES:
+            fast = self._fast[t] = _block_manager_cloner(t)
+        state = obj.__dict__
+        if fast is False or not state.keys() <= _BM_ATTRIBUTES:
             self.memo = False
             return ("tables", _bm_tables(obj))
+        index = state["hash_to_block_ids"]
+        used = state["used_block_ids"]
+        # (the tables of _bm_tables, read without its generality: kvspec's classes hold sets)
         return (
-            type(obj),
-            _bm_tables(obj),
-            getattr(obj, "num_referenced", None),
+            t,
+            set_layout(used) if type(used) is set else tuple(used),
+            tuple([_table(index[h]) for h in sorted(index)]) if index else (),
+            state.get("num_referenced"),
         )
 
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:

@@ -56,7 +56,7 @@ class Edge:
     must reject it — if it does not, the edge is compared but not followed.
     """
 
-    __slots__ = ("_ident", "args", "bad", "method", "readonly", "then")
+    __slots__ = ("_ident", "args", "bad", "lists", "method", "readonly", "then")
 
     def __init__(
         self,
@@ -72,6 +72,7 @@ class Edge:
         self.then = then
         self.readonly = readonly
         self.bad = bad
+        self.lists = any(type(a) is list for a in args)  # each side gets private copies of them
         self._ident: int | None = None
 
     @property
@@ -113,6 +114,9 @@ class Model:
     memo: bool = False
     # edges() reads only (snap, gen), never the spec: the edge lists are cached per observable
     edges_from_snapshot: bool = False
+    # the spec's outcome of every read-only edge is a function of its snapshot alone (its
+    # read-only calls read no hidden state): the explorer asks the spec once per snapshot
+    spec_readonly_by_snapshot: bool = False
 
     def __init__(
         self,
