@@ -117,7 +117,9 @@ class Expander:
         edges = list(model.edges(snap, gen, lambda: self.dup(spec)))
         skip = self.well_formed  # bad edges skipped, not removed: a path indexes the full list
         keyed = self.use_memo or self.by_snapshot  # (an ident costs a table look-up)
-        rows = [(i, e, e.ident if keyed else -1) for i, e in enumerate(edges) if not (skip and e.bad)]
+        rows = [
+            (i, e, e.ident if keyed else -1) for i, e in enumerate(edges) if not (skip and e.bad)
+        ]
         if model.edges_from_snapshot:
             self.edge_cache[key] = (edges, rows)
         return edges, rows

@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import Any, ClassVar
 
 from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.set_classes import MAX_IDS, layout_classes
 from proofs.explorer.set_clone import clone, clone_set, set_layout
 from spec import invariants as inv
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
@@ -43,6 +44,7 @@ class BlockManagerBounds:
     tokens: int = 3
     bad_inputs: bool = True
     queries: bool = True
+    layout_classes: bool = True
 
     HELP: ClassVar[dict[str, str]] = {
         "pages": "pages in the pool (at most 8)",
@@ -52,6 +54,10 @@ class BlockManagerBounds:
         "tokens": "tokens a request holds at most (prompt, decode, drafts)",
         "bad_inputs": "the rejected-input alphabet",
         "queries": "capacity queries and slot rebuilds",
+        "layout_classes": (
+            "the set-table quotient: states whose set tables no use can tell apart explored "
+            f"once (kvspec's own block managers, at most {MAX_IDS} pages)"
+        ),
     }
 
     def validate(self) -> None:
@@ -194,6 +200,16 @@ class BlockManagerModel(Model):
         self._hashes: dict[tuple[int, ...], tuple[bytes, ...]] = {(): ()}
         self._fast: dict[type, Any] = {}
         self._usable: tuple[Any, int] = (None, 0)
+        # Set tables by their class (proofs/explorer/set_classes.py): sound for the classes whose
+        # every set operation is known — kvspec's own spec and impl, not their subclasses (a
+        # mutant may add any id) nor an engine's class — so only their tables are classed.
+        self._classes: dict[Any, int] | None = None
+        self._classed: tuple[type, ...] = ()
+        if bounds.layout_classes and bounds.pages <= MAX_IDS:
+            from impl.infinilm.block_manager import BlockManager as ImplBlockManager
+
+            self._classes = layout_classes(bounds.pages)
+            self._classed = (SpecBlockManager, ImplBlockManager)
 
     def initial(self) -> tuple[Any, Any, Any]:
         b = self.b
@@ -449,6 +465,18 @@ class BlockManagerModel(Model):
             return ("tables", _bm_tables(obj))
         index = state["hash_to_block_ids"]
         used = state["used_block_ids"]
+        classes = self._classes
+        if classes is not None and t in self._classed:  # (their sets are sets)
+            get = classes.get
+            used_key = set_layout(used)
+            return (
+                t,
+                get(used_key, used_key),
+                tuple([get(k, k) for k in map(set_layout, map(index.get, sorted(index)))])
+                if index
+                else (),
+                state.get("num_referenced"),
+            )
         # (the tables of _bm_tables, read without its generality: kvspec's classes hold sets)
         return (
             t,
@@ -456,6 +484,9 @@ class BlockManagerModel(Model):
             tuple([_table(index[h]) for h in sorted(index)]) if index else (),
             state.get("num_referenced"),
         )
+
+    def reductions(self) -> dict[str, bool]:
+        return {"layout_classes": self._classes is not None}
 
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
         # the sets' tables decide future eviction order and pinned copies; the target's too (a
