@@ -60,16 +60,26 @@ class Expander:
         # answers them from its snapshot alone: ``Model.spec_readonly_by_snapshot``)
         self.by_snapshot = bool(getattr(model, "spec_readonly_by_snapshot", False))
         self.spec_answers: dict[int, dict[int, Any]] = {}
+        # snapshot fingerprint -> pair id, for models whose pair key is a function of the snapshot
+        # (``Model.key_from_snapshot``: offload's renaming of keys is computed once per snapshot)
+        self.by_snap: dict[int, int] | None = {} if model.key_from_snapshot else None
         self.checked: set[int] = set()  # snapshots whose state invariants hold
         self.edges = self.executed = self.dropped = self.expanded = 0
 
     # ------------------------------------------------------------------ pairs
     def pair(self, spec: Any, target: Any, snap: Any) -> int:
+        if self.by_snap is not None:  # the key is a function of the snapshot: skip making it
+            raw = hash(snap)
+            found = self.by_snap.get(raw)
+            if found is not None:
+                return found
         fp = hash(self.model.pair_key(snap, spec, target))
         pid = self.pair_ids.get(fp)
         if pid is None:
             pid = self.pair_ids[fp] = len(self.pair_fps)
             self.pair_fps.append(fp)
+        if self.by_snap is not None:
+            self.by_snap[raw] = pid
         return pid
 
     def keep(self, pid: int, objects: tuple[Any, Any, Any]) -> None:
@@ -85,6 +95,8 @@ class Expander:
             self.edge_cache.clear()
         if len(self.spec_answers) > 200_000:
             self.spec_answers.clear()
+        if self.by_snap is not None and len(self.by_snap) > 2_000_000:
+            self.by_snap.clear()
 
     # ------------------------------------------------------------------ checks
     def judge(self, edge: Any, snap: Any, run: Any) -> Check | None:

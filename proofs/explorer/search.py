@@ -117,6 +117,8 @@ class Model:
     # the spec's outcome of every read-only edge is a function of its snapshot alone (its
     # read-only calls read no hidden state): the explorer asks the spec once per snapshot
     spec_readonly_by_snapshot: bool = False
+    # pair_key() reads the snapshot only (no object): pairs are found by the snapshot's hash
+    key_from_snapshot: bool = False
 
     def __init__(
         self,
