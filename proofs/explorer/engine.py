@@ -170,7 +170,9 @@ class Expander:
                         self.dropped += 1
                     continue
                 then = edge.then
-                out.append((index, succ, gen if hit[2] or then is None else then(hit[1]), None))
+                out.append(
+                    (index, succ, gen if hit[2] or then is None else then(gen, hit[1]), None)
+                )
         # The working copies (``None``: not made yet). Lazy cloning (memo models only): every call
         # runs on them; they are copied afresh only after a call moved them (they become that
         # successor's objects). A self-loop leaves them with the pair key they started with — the
@@ -353,7 +355,7 @@ class _Run:
             if problem is None and raised is not None and model.validate_first(edge.method, raised):
                 problem = atomic_failure_check(edge.method, raised, snap, target_snap)
             if problem is None and raised is None and edge.then is not None:
-                self.gen = edge.then(s_out.returned)
+                self.gen = edge.then(gen, s_out.returned)
         self.problem = problem
 
 

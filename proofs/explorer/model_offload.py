@@ -143,6 +143,7 @@ def fast_read(h: ManagerHarness) -> Any:
     it on the initial objects before a search uses it. Any other policy: its own ``snapshot()``."""
     m = h.m
     policy = m._policy
+    snap_policy: Any
     if getattr(type(policy), "snapshot", None) in _ARC_SNAPSHOTS:
         t1, t2 = policy.t1, policy.t2
         entries = [(b.block_id, k, b.ref_cnt) for k, b in t1.items()]
@@ -176,10 +177,10 @@ def fast_read(h: ManagerHarness) -> Any:
 
 
 def _settings_are_atoms(state: dict[str, Any]) -> bool:
-    for name in _RELEASE_SETTINGS:
-        if type(state.get(name)) not in (str, bool, type(None)):
-            return False
-    return True
+    return all(type(state.get(name)) in _SETTING_TYPES for name in _RELEASE_SETTINGS)
+
+
+_SETTING_TYPES = (str, bool, type(None))
 
 
 def _clone_offload(h: ManagerHarness) -> ManagerHarness:

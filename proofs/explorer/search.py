@@ -50,7 +50,8 @@ from stateful_tests.lockstep import (
 class Edge:
     """One call of the alphabet from one state.
 
-    ``then(returned)`` gives the generator model after a call the spec accepted (``None``: the
+    ``then(gen, returned)`` gives the generator model after a call the spec accepted from a state
+    whose generator model is ``gen`` (``None``: the
     model is unchanged); a call the spec rejects never changes the model. ``readonly``: the spec
     cannot change (a query, or a bad input the spec rejects before any change); ``bad``: the spec
     must reject it — if it does not, the edge is compared but not followed.
@@ -62,7 +63,7 @@ class Edge:
         self,
         method: str,
         args: tuple[Any, ...],
-        then: Callable[[Any], Any] | None = None,
+        then: Callable[[Any, Any], Any] | None = None,
         *,
         readonly: bool = False,
         bad: bool = False,
@@ -525,6 +526,6 @@ def rebuild(model: Model, path: Sequence[int]) -> list[Step]:
         s_out = invoke(spec, edge.method, edge.args)
         t_out = invoke(target, edge.method, edge.args)
         if s_out.raised is None and edge.then is not None:
-            gen = edge.then(s_out.returned)
+            gen = edge.then(gen, s_out.returned)
         steps.append(Step(edge.method, list(edge.args), s_out, t_out, model.holders(gen)))
     return steps
