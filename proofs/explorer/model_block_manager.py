@@ -90,9 +90,16 @@ def fast_read(bm: Any) -> BlockManagerSnapshot:
             tuple(bm.used_block_ids),
             tuple(map(_REF, blocks)),
             tuple(map(_HASH, blocks)),
-            tuple(sorted([(h, tuple(ids)) for h, ids in index.items()])) if index else (),
+            _index_rows(index) if index else (),
         ),
     )
+
+
+def _index_rows(index: dict[bytes, Any]) -> tuple[tuple[bytes, tuple[int, ...]], ...]:
+    if len(index) == 1:  # (the common case: no sort)
+        for h, ids in index.items():
+            return ((h, tuple(ids)),)
+    return tuple(sorted([(h, tuple(ids)) for h, ids in index.items()]))
 
 
 def _table(x: Any) -> Any:
@@ -146,7 +153,8 @@ def _block_manager_cloner(cls: type) -> Any:
         state["blocks"] = blocks
         state["free_block_ids"] = bm.free_block_ids.copy()
         state["used_block_ids"] = clone_set(bm.used_block_ids)
-        state["hash_to_block_ids"] = {h: clone_set(v) for h, v in bm.hash_to_block_ids.items()}
+        index = bm.hash_to_block_ids
+        state["hash_to_block_ids"] = {h: clone_set(v) for h, v in index.items()} if index else {}
         copied = new(cls)
         copied.__dict__.update(state)
         return copied
@@ -499,13 +507,18 @@ class BlockManagerModel(Model):
         classes = self._classes
         if classes is not None and t in self._classed:  # (their sets are sets)
             get = classes.get
-            used_key = set_layout(used)
+            key = set_layout(used)
+            used_key = get(key, key)
+            if not index:
+                return (t, used_key, (), state.get("num_referenced"))
+            if len(index) == 1:
+                for ids in index.values():
+                    key = set_layout(ids)
+                    return (t, used_key, (get(key, key),), state.get("num_referenced"))
             return (
                 t,
-                get(used_key, used_key),
-                tuple([get(k, k) for k in map(set_layout, map(index.get, sorted(index)))])
-                if index
-                else (),
+                used_key,
+                tuple([get(k, k) for k in map(set_layout, map(index.get, sorted(index)))]),
                 state.get("num_referenced"),
             )
         # (the tables of _bm_tables, read without its generality: kvspec's classes hold sets)
