@@ -10,10 +10,12 @@ object paired with it, identified by :meth:`Model.pair_key`) and the generator m
   that shares its pair with an explored one (same objects, another generator model) has its
   calls judged once, not once per state. Objects are kept only for the frontier; a remembered
   successor that is a new state is rebuilt by running the call again (:meth:`materialize`).
-* **Read-only batches.** Queries and rejected inputs run one after the other on one copy of each
-  side with the outcome comparisons and hidden-state checks after each; the snapshots and pair
-  keys are compared once at the end. Anything unexpected (a difference, a "bad" input the spec
-  accepts, a side that moved) re-decides the whole batch call by call on the original
+* **Read-only batches.** Queries and rejected inputs run one after the other on one copy of the
+  target with the outcome comparisons and hidden-state checks after each; the snapshots and pair
+  keys are compared once at the end. The spec's outcomes come from one copy of the spec, or, for
+  a model whose spec answers them from its snapshot alone (``spec_readonly_by_snapshot``), from
+  a table per snapshot filled the first time. Anything unexpected (a difference, a "bad" input
+  the spec accepts, a side that moved) re-decides the whole batch call by call on the original
   per-edge procedure, so verdicts and counterexamples are the same as without batching.
 """
 
