@@ -188,3 +188,107 @@ def test_a_target_kvspec_cannot_read_whole_is_explored_without_the_memo() -> Non
     assert result.reductions["memo"] is False and result.passed and result.complete
     assert summary(result) == summary(explore(model, memo=False))
     assert result.executed_calls >= result.edges  # every edge was run
+
+
+# ---------------------------------------------------------------------- set-table classes
+def test_set_tables_of_one_class_iterate_alike_under_every_operation() -> None:
+    """The classes are a bisimulation, checked on CPython's own sets: two tables of one class,
+    put through the same random operations, iterate in the same order after every step."""
+    import random
+
+    from proofs.explorer.set_classes import layout_classes, tables
+    from proofs.explorer.set_clone import clone_set
+
+    classes, sets = layout_classes(3), tables(3)
+    assert len(set(classes.values())) < len(classes)  # the classes do merge tables (34 of 51)
+    members: dict[int, list[set[int]]] = {}
+    for key, s in sets.items():
+        members.setdefault(classes[key], []).append(s)
+    rng = random.Random(5)
+    merged = [group for group in members.values() if len(group) > 1]
+    assert merged
+    for group in merged:
+        for other in group[1:]:
+            for _ in range(40):
+                a, b = clone_set(group[0]), clone_set(other)
+                for _ in range(12):
+                    op, k = rng.choice(("add", "discard", "pop", "copy", "clear")), rng.randrange(3)
+                    if op in ("add", "discard"):
+                        getattr(a, op)(k), getattr(b, op)(k)
+                    elif op == "pop" and a:
+                        assert a.pop() == b.pop()
+                    elif op == "copy":
+                        a, b = a.copy(), b.copy()
+                    elif op == "clear":
+                        a.clear(), b.clear()
+                    assert list(a) == list(b)
+
+
+MID_BM = BlockManagerBounds(pages=3, block_size=2, vocab=1, tables=1, tokens=2)
+
+
+@pytest.mark.parametrize("target", [ImplBlockManager, QueryDriftsTheCounter])
+def test_set_table_classes_are_a_quotient_with_the_same_verdict(target: Any) -> None:
+    """Fewer states (kvspec's own classes), the same snapshots, the same verdict; a mutant's
+    tables stay raw (only the spec's are classed) and its counterexample is the same."""
+    from dataclasses import replace
+
+    results = [
+        explore(BlockManagerModel(BM, target, "t", replace(MID_BM, layout_classes=on)))
+        for on in (True, False)
+    ]
+    reduced, full = results
+    assert reduced.reductions["layout_classes"] and not full.reductions["layout_classes"]
+    assert summary(reduced)[1:] == summary(full)[1:]  # snapshots, completeness, counterexample
+    if target is ImplBlockManager:
+        assert reduced.passed and reduced.distinct_states < full.distinct_states
+
+
+def test_set_table_classes_keep_an_eviction_order_bugs_shortest_counterexample() -> None:
+    from dataclasses import replace
+
+    bounds = BlockManagerBounds(pages=3, block_size=2, vocab=1, tables=2, tokens=3)
+    cls = CATALOGUE["reclaim_in_id_order"].cls
+    found = [
+        summary(explore(BlockManagerModel(BM, cls, "m", replace(bounds, layout_classes=on))))[3]
+        for on in (True, False)
+    ]
+    assert found[0] == found[1] == ("identical_eviction_order", 7)
+
+
+def test_set_tables_of_other_classes_stay_raw() -> None:
+    model = BlockManagerModel(BM, QueryDriftsTheCounter, "t", MID_BM)
+    spec, target, _ = model.initial()
+    for obj in (spec, target):
+        obj.allocate_slots(2, 0)
+    assert type(model._whole(spec)[1]) is int  # a class number
+    assert type(model._whole(target)[1]) is tuple  # the raw table (a subclass may add any id)
+
+
+def test_spec_answers_read_only_calls_from_its_snapshot_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What lets the explorer ask the spec once per snapshot: on every pair reached (set tables
+    raw, so one snapshot has many), each remembered answer is the spec's own answer."""
+    from dataclasses import replace
+
+    from proofs.explorer import engine
+    from stateful_tests.lockstep import compare_outcomes
+
+    checked = []
+    batch = engine.Expander._batch
+
+    def checking(self: Any, pid: int, gen: Any, edges: Any, memo: Any, target: Any) -> Any:
+        spec_p, _, snap = self.objects[pid]
+        answers = self.spec_answers.get(hash(snap), {})
+        for _, edge, ident in edges:
+            if ident in answers:
+                own = engine._call(self.dup(spec_p), edge)
+                assert compare_outcomes(answers[ident], own) is None, edge.method
+                checked.append(ident)
+        return batch(self, pid, gen, edges, memo, target)
+
+    monkeypatch.setattr(engine.Expander, "_batch", checking)
+    bounds = replace(MID_BM, layout_classes=False)
+    result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", bounds))
+    assert result.passed and result.complete and len(checked) > 1000

@@ -14,6 +14,8 @@ The modules:
   component), :func:`explore` (shortest counterexamples, state fingerprints, bounds), :func:`rebuild`.
 * :mod:`~proofs.explorer.set_clone` — exact clones: CPython set tables copied verbatim
   (:func:`clone_set`, :func:`clone`), self-tested before a search (:class:`ExplorerUnsupported`).
+* :mod:`~proofs.explorer.set_classes` — set tables up to behaviour: the classes of tables no
+  sequence of set operations tells apart (the block manager's keys use them).
 * :mod:`~proofs.explorer.model_block_manager`, :mod:`~proofs.explorer.model_scheduler`,
   :mod:`~proofs.explorer.model_offload`, :mod:`~proofs.explorer.model_prefix_cache` — the
   component models and their bounds.

@@ -10,10 +10,12 @@ object paired with it, identified by :meth:`Model.pair_key`) and the generator m
   that shares its pair with an explored one (same objects, another generator model) has its
   calls judged once, not once per state. Objects are kept only for the frontier; a remembered
   successor that is a new state is rebuilt by running the call again (:meth:`materialize`).
-* **Read-only batches.** Queries and rejected inputs run one after the other on one copy of each
-  side with the outcome comparisons and hidden-state checks after each; the snapshots and pair
-  keys are compared once at the end. Anything unexpected (a difference, a "bad" input the spec
-  accepts, a side that moved) re-decides the whole batch call by call on the original
+* **Read-only batches.** Queries and rejected inputs run one after the other on one copy of the
+  target with the outcome comparisons and hidden-state checks after each; the snapshots and pair
+  keys are compared once at the end. The spec's outcomes come from one copy of the spec, or, for
+  a model whose spec answers them from its snapshot alone (``spec_readonly_by_snapshot``), from
+  a table per snapshot filled the first time. Anything unexpected (a difference, a "bad" input
+  the spec accepts, a side that moved) re-decides the whole batch call by call on the original
   per-edge procedure, so verdicts and counterexamples are the same as without batching.
 """
 
@@ -25,14 +27,15 @@ from typing import Any
 
 from stateful_tests.lockstep import (
     Check,
+    Outcome,
     atomic_failure_check,
     compare_outcomes,
     compare_snapshots,
-    invoke,
 )
 
 SELF = -1  # memo: a self-loop (neither the pair nor the generator model changes)
 DROP = -2  # memo: a "bad" input the spec accepted (compared, not followed)
+SELF_HIT = (SELF, None, False)
 
 Successor = tuple[int, int, Any, tuple[Any, Any, Any] | None]  # (edge index, pair, gen, objects)
 Found = tuple[list[int], Check]  # (edge indices from the expanded state, the failed check)
@@ -54,17 +57,31 @@ class Expander:
         self.pair_fps: list[int] = []  # pair id -> fingerprint (portable across forked workers)
         self.objects: dict[int, tuple[Any, Any, Any]] = {}  # pair id -> (spec, target, snapshot)
         self.memo: dict[int, tuple[int, Any, bool]] = {}  # pair id << 32 | call -> outcome
-        self.edge_cache: dict[Hashable, list[Any]] = {}
+        self.edge_cache: dict[Hashable, tuple[list[Any], list[tuple[int, Any, int]]]] = {}
+        # the spec's outcomes of read-only calls, per snapshot fingerprint (models whose spec
+        # answers them from its snapshot alone: ``Model.spec_readonly_by_snapshot``)
+        self.by_snapshot = bool(getattr(model, "spec_readonly_by_snapshot", False))
+        self.spec_answers: dict[int, dict[int, Any]] = {}
+        # snapshot fingerprint -> pair id, for models whose pair key is a function of the snapshot
+        # (``Model.key_from_snapshot``: offload's renaming of keys is computed once per snapshot)
+        self.by_snap: dict[int, int] | None = {} if model.key_from_snapshot else None
         self.checked: set[int] = set()  # snapshots whose state invariants hold
         self.edges = self.executed = self.dropped = self.expanded = 0
 
     # ------------------------------------------------------------------ pairs
     def pair(self, spec: Any, target: Any, snap: Any) -> int:
+        if self.by_snap is not None:  # the key is a function of the snapshot: skip making it
+            raw = hash(snap)
+            found = self.by_snap.get(raw)
+            if found is not None:
+                return found
         fp = hash(self.model.pair_key(snap, spec, target))
         pid = self.pair_ids.get(fp)
         if pid is None:
             pid = self.pair_ids[fp] = len(self.pair_fps)
             self.pair_fps.append(fp)
+        if self.by_snap is not None:
+            self.by_snap[raw] = pid
         return pid
 
     def keep(self, pid: int, objects: tuple[Any, Any, Any]) -> None:
@@ -78,6 +95,10 @@ class Expander:
             self.memo.clear()
         if len(self.edge_cache) > 200_000:
             self.edge_cache.clear()
+        if len(self.spec_answers) > 200_000:
+            self.spec_answers.clear()
+        if self.by_snap is not None and len(self.by_snap) > 2_000_000:
+            self.by_snap.clear()
 
     # ------------------------------------------------------------------ checks
     def judge(self, edge: Any, snap: Any, run: Any) -> Check | None:
@@ -94,14 +115,28 @@ class Expander:
         return problem
 
     def _edges(self, snap: Any, gen: Any, spec: Any) -> list[Any]:
+        return self._plan(snap, gen, spec)[0]
+
+    def _rows(self, snap: Any, gen: Any, spec: Any) -> list[tuple[int, Any, int]]:
+        """The edges a state runs: (index in the full list, edge, its memo ident)."""
+        return self._plan(snap, gen, spec)[1]
+
+    def _plan(self, snap: Any, gen: Any, spec: Any) -> tuple[list[Any], list[tuple[int, Any, int]]]:
         model = self.model
-        if not model.edges_from_snapshot:
-            return list(model.edges(snap, gen, lambda: self.dup(spec)))
-        key = model.observable(snap, gen)
-        found = self.edge_cache.get(key)
-        if found is None:
-            found = self.edge_cache[key] = model.edges(snap, gen, lambda: self.dup(spec))
-        return found
+        if model.edges_from_snapshot:
+            key = model.observable(snap, gen)
+            found = self.edge_cache.get(key)
+            if found is not None:
+                return found
+        edges = list(model.edges(snap, gen, lambda: self.dup(spec)))
+        skip = self.well_formed  # bad edges skipped, not removed: a path indexes the full list
+        keyed = self.use_memo or self.by_snapshot  # (an ident costs a table look-up)
+        rows = [
+            (i, e, e.ident if keyed else -1) for i, e in enumerate(edges) if not (skip and e.bad)
+        ]
+        if model.edges_from_snapshot:
+            self.edge_cache[key] = (edges, rows)
+        return edges, rows
 
     # ------------------------------------------------------------------ expansion
     def expand(self, pid: int, gen: Any) -> tuple[list[Successor], Found | None]:
@@ -112,50 +147,57 @@ class Expander:
         self.expanded += 1
         if not self.expanded & 255:
             # The search runs with the collector off (a full collection would rescan the visited
-            # tables and the memo); raised exceptions lose their tracebacks (_untrace), so cycles
+            # tables and the memo); raised exceptions lose their tracebacks (_call), so cycles
             # are rare and young: collecting the young generation now and then frees them.
             gc.collect(0)
+        rows = self._rows(snap, gen, spec_p)
+        self.edges += len(rows)
         out: list[Successor] = []
-        readonly: list[tuple[int, Any]] = []
-        mutating: list[tuple[int, Any]] = []
-        for index, edge in enumerate(self._edges(snap, gen, spec_p)):
-            if edge.bad and self.well_formed:
-                continue  # skipped, not removed: a path indexes the full edge list
-            self.edges += 1
-            if memo is not None:
-                hit = memo.get(pid << 32 | edge.ident)
-                if hit is not None:
-                    succ, returned, raised = hit
-                    if succ == SELF:
-                        continue
+        readonly: list[tuple[int, Any, int]] = []
+        mutating: list[tuple[int, Any, int]] = []
+        if memo is None:
+            for row in rows:
+                (readonly if row[1].readonly else mutating).append(row)
+        else:
+            get, base = memo.get, pid << 32
+            for row in rows:
+                hit = get(base | row[2])
+                if hit is None:
+                    (readonly if row[1].readonly else mutating).append(row)
+                    continue
+                index, edge = row[0], row[1]
+                succ = hit[0]
+                if succ < 0:  # SELF or DROP
                     if succ == DROP:
                         self.dropped += 1
-                        continue
-                    then = edge.then
-                    g = gen if raised or then is None else then(returned)
-                    out.append((index, succ, g, None))
                     continue
-            (readonly if edge.readonly else mutating).append((index, edge))
-        work: list[Any] = []
+                then = edge.then
+                out.append(
+                    (index, succ, gen if hit[2] or then is None else then(gen, hit[1]), None)
+                )
+        # The working copies (``None``: not made yet). Lazy cloning (memo models only): every call
+        # runs on them; they are copied afresh only after a call moved them (they become that
+        # successor's objects). A self-loop leaves them with the pair key they started with — the
+        # whole state of both sides — so they are as good as new. Without a whole-state key, every
+        # call gets fresh copies.
+        ws: Any = None
+        wt: Any = None
         if readonly:
-            work = [self.dup(spec_p), self.dup(target_p)]
-            if not self._batch(pid, gen, readonly, memo, work):
-                work = []
+            wt = self.dup(target_p)
+            ok, ws = self._batch(pid, gen, readonly, memo, wt)
+            if not ok:
+                ws = wt = None
                 found = self._exact_readonly(pid, gen, readonly, out)
                 if found is not None:
                     return out, found
-        # Lazy cloning (memo models only): every call runs on the working copies; they are copied
-        # afresh only after a call moved them (they become that successor's objects). A self-loop
-        # leaves them with the pair key they started with — the whole state of both sides — so
-        # they are as good as new. Without a whole-state key, every call gets fresh copies.
         reuse = self.model.memo
-        if not reuse:
-            work = []
-        run_cls, dup = self.run_cls, self.dup
-        for index, edge in mutating:
-            if not work:
-                work = [dup(spec_p), dup(target_p)]
-            run = run_cls(self.model, edge, work[0], work[1], snap, gen)
+        run_cls, dup, model = self.run_cls, self.dup, self.model
+        for index, edge, ident in mutating:
+            if ws is None or not reuse:
+                ws = dup(spec_p)
+            if wt is None or not reuse:
+                wt = dup(target_p)
+            run = run_cls(model, edge, ws, wt, snap, gen)
             self.executed += 1
             problem = self.judge(edge, snap, run)
             if problem is not None:
@@ -164,23 +206,23 @@ class Expander:
             if edge.bad and not raised:
                 self.dropped += 1
                 if memo is not None:
-                    memo[pid << 32 | edge.ident] = (DROP, None, False)
-                work = []
+                    memo[pid << 32 | ident] = (DROP, None, False)
+                ws = wt = None
                 continue
             if not reuse and run.after == snap and run.gen == gen:
                 continue  # a self-loop by the snapshot (the target was compared; nothing new)
-            succ = self.pair(run.spec, run.target, run.after)
+            succ = self.pair(ws, wt, run.after)
             if memo is not None:
                 keep = None if raised or edge.then is None else run.s_out.returned
-                memo[pid << 32 | edge.ident] = (
+                memo[pid << 32 | ident] = (
                     SELF if succ == pid and keep is None else succ,
                     keep,
                     raised,
                 )
             if succ != pid or not reuse:
                 if succ != pid or run.gen != gen:
-                    out.append((index, succ, run.gen, (run.spec, run.target, run.after)))
-                work = []
+                    out.append((index, succ, run.gen, (ws, wt, run.after)))
+                ws = wt = None
             elif run.gen != gen:
                 out.append((index, succ, run.gen, None))  # the pair's own objects serve
         return out, None
@@ -189,37 +231,82 @@ class Expander:
         self,
         pid: int,
         gen: Any,
-        edges: list[tuple[int, Any]],
+        edges: list[tuple[int, Any, int]],
         memo: dict[int, tuple[int, Any, bool]] | None,
-        work: list[Any],
-    ) -> bool:
-        """The read-only calls on the working copies; ``False`` if any needs the exact path."""
+        target: Any,
+    ) -> tuple[bool, Any]:
+        """The read-only calls on the target's working copy, each compared with the spec's
+        outcome: remembered per snapshot where the model says the spec's read-only answers depend
+        on its snapshot alone (``spec_readonly_by_snapshot``), else run on a working copy of the
+        spec. ``(False, None)`` if any call needs the exact path; else ``(True, spec copy or
+        None)``."""
         model = self.model
-        snap = self.objects[pid][2]
-        spec, target = work
-        for _, edge in edges:
-            s_out = _untrace(invoke(spec, edge.method, edge.args))
-            t_out = _untrace(invoke(target, edge.method, edge.args))
+        spec_p, _, snap = self.objects[pid]
+        answers: dict[int, Any] | None = None
+        fresh: dict[int, Any] = {}
+        if self.by_snapshot:
+            sfp = hash(snap)
+            answers = self.spec_answers.get(sfp)
+        spec: Any = None
+        edge_checks = model.edge_checks
+        for _, edge, ident in edges:
             self.executed += 1
+            s_out = None if answers is None else answers.get(ident)
+            if s_out is None:
+                if spec is None:
+                    spec = self.dup(spec_p)
+                s_out = fresh[ident] = _call(spec, edge)
+            s_exc = s_out.raised
+            if edge.bad and s_exc is None:
+                return False, None  # a bad input the spec accepted: the exact path follows it
+            # the target's call, compared without an Outcome where it agrees in the cheap way
+            # (same exception class, or an equal return value; list arguments alike after)
+            if edge.lists:
+                args = [list(a) if type(a) is list else a for a in edge.args]
+                try:
+                    returned = getattr(target, edge.method)(*args)
+                    raised = None
+                except Exception as exc:
+                    exc.__traceback__ = None
+                    returned, raised = None, exc
+                after = [a for a in args if type(a) is list]
+            else:
+                try:
+                    returned = getattr(target, edge.method)(*edge.args)
+                    raised = None
+                except Exception as exc:
+                    exc.__traceback__ = None
+                    returned, raised = None, exc
+                after = []
             if (
-                compare_outcomes(s_out, t_out) is not None
-                or (edge.bad and s_out.raised is None)
-                or model.edge_checks(edge, snap, snap, s_out, target, gen) is not None
-            ):
-                return False
+                (type(raised) is not type(s_exc) if s_exc is not None else raised is not None)
+                or (s_exc is None and returned != s_out.returned)
+                or after != s_out.args_after
+            ) and compare_outcomes(s_out, Outcome(returned, raised, after)) is not None:
+                return False, None
+            if edge_checks(edge, snap, snap, s_out, target, gen) is not None:
+                return False, None
         reader = model.reader
-        if reader(spec) != snap or reader(target) != snap:
-            return False
+        if reader(target) != snap or (spec is not None and reader(spec) != snap):
+            return False, None
         # with the memo the copies go on serving: they must still be the pair, hidden state and all
-        if model.memo and hash(model.pair_key(snap, spec, target)) != self.pair_fps[pid]:
-            return False
+        if model.memo and (
+            hash(model.pair_key(snap, spec_p if spec is None else spec, target))
+            != self.pair_fps[pid]
+        ):
+            return False, None
+        if self.by_snapshot and fresh:
+            if answers is None:
+                answers = self.spec_answers[sfp] = {}
+            answers.update(fresh)
         if memo is not None:
-            for _, edge in edges:
-                memo[pid << 32 | edge.ident] = (SELF, None, False)
-        return True
+            base = pid << 32
+            for row in edges:
+                memo[base | row[2]] = SELF_HIT
+        return True, spec
 
     def _exact_readonly(
-        self, pid: int, gen: Any, edges: list[tuple[int, Any]], out: list[Successor]
+        self, pid: int, gen: Any, edges: list[tuple[int, Any, int]], out: list[Successor]
     ) -> Found | None:
         """The per-edge procedure for read-only calls: one shared copy of each side while calls
         leave them as they were; ``history`` is the calls the shared target has seen (a failure
@@ -228,7 +315,7 @@ class Expander:
         spec_p, target_p, snap = self.objects[pid]
         shared: list[Any] = []
         history: list[int] = []
-        for index, edge in edges:
+        for index, edge, _ in edges:
             if not shared:
                 shared[:] = [dup(spec_p), dup(target_p)]
                 history.clear()
@@ -275,8 +362,8 @@ class _Run:
 
     def __init__(self, model: Any, edge: Any, spec: Any, target: Any, snap: Any, gen: Any):
         self.spec, self.target, self.gen = spec, target, gen
-        self.s_out = s_out = _untrace(invoke(spec, edge.method, edge.args))
-        self.t_out = t_out = _untrace(invoke(target, edge.method, edge.args))
+        self.s_out = s_out = _call(spec, edge)
+        self.t_out = t_out = _call(target, edge)
         self.after = None
         problem = compare_outcomes(s_out, t_out)
         if problem is None:
@@ -293,7 +380,7 @@ class _Run:
             if problem is None and raised is not None and model.validate_first(edge.method, raised):
                 problem = atomic_failure_check(edge.method, raised, snap, target_snap)
             if problem is None and raised is None and edge.then is not None:
-                self.gen = edge.then(s_out.returned)
+                self.gen = edge.then(gen, s_out.returned)
         self.problem = problem
 
 
@@ -305,12 +392,23 @@ def _state_invariants(model: Any, target_snap: Any) -> Check | None:
     return None
 
 
-def _untrace(out: Any) -> Any:
-    """``out`` with its exception's traceback dropped: the frames it holds (and the copies they
+def _call(obj: Any, edge: Any) -> Outcome:
+    """``lockstep.invoke`` for an edge: private copies of its list arguments (only when it has
+    any), and the exception without its traceback — the frames it holds (and the copies they
     reference) would otherwise wait for the cycle collector; verdicts read only the exception."""
-    if out.raised is not None:
-        out.raised.__traceback__ = None
-    return out
+    if edge.lists:
+        args = [list(a) if type(a) is list else a for a in edge.args]
+        try:
+            returned = getattr(obj, edge.method)(*args)
+        except Exception as exc:
+            exc.__traceback__ = None
+            return Outcome(None, exc, [a for a in args if type(a) is list])
+        return Outcome(returned, None, [a for a in args if type(a) is list])
+    try:
+        return Outcome(getattr(obj, edge.method)(*edge.args), None, [])
+    except Exception as exc:
+        exc.__traceback__ = None
+        return Outcome(None, exc, [])
 
 
 def peak_mb() -> float:

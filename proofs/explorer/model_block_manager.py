@@ -15,9 +15,10 @@ import itertools
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.set_classes import MAX_IDS, layout_classes
 from proofs.explorer.set_clone import clone, clone_set, set_layout
 from spec import invariants as inv
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
@@ -43,6 +44,7 @@ class BlockManagerBounds:
     tokens: int = 3
     bad_inputs: bool = True
     queries: bool = True
+    layout_classes: bool = True
 
     HELP: ClassVar[dict[str, str]] = {
         "pages": "pages in the pool (at most 8)",
@@ -52,6 +54,10 @@ class BlockManagerBounds:
         "tokens": "tokens a request holds at most (prompt, decode, drafts)",
         "bad_inputs": "the rejected-input alphabet",
         "queries": "capacity queries and slot rebuilds",
+        "layout_classes": (
+            "the set-table quotient: states whose set tables no use can tell apart explored "
+            f"once (kvspec's own block managers, at most {MAX_IDS} pages)"
+        ),
     }
 
     def validate(self) -> None:
@@ -84,9 +90,16 @@ def fast_read(bm: Any) -> BlockManagerSnapshot:
             tuple(bm.used_block_ids),
             tuple(map(_REF, blocks)),
             tuple(map(_HASH, blocks)),
-            tuple(sorted([(h, tuple(ids)) for h, ids in index.items()])) if index else (),
+            _index_rows(index) if index else (),
         ),
     )
+
+
+def _index_rows(index: dict[bytes, Any]) -> tuple[tuple[bytes, tuple[int, ...]], ...]:
+    if len(index) == 1:  # (the common case: no sort)
+        for h, ids in index.items():
+            return ((h, tuple(ids)),)
+    return tuple(sorted([(h, tuple(ids)) for h, ids in index.items()]))
 
 
 def _table(x: Any) -> Any:
@@ -140,7 +153,8 @@ def _block_manager_cloner(cls: type) -> Any:
         state["blocks"] = blocks
         state["free_block_ids"] = bm.free_block_ids.copy()
         state["used_block_ids"] = clone_set(bm.used_block_ids)
-        state["hash_to_block_ids"] = {h: clone_set(v) for h, v in bm.hash_to_block_ids.items()}
+        index = bm.hash_to_block_ids
+        state["hash_to_block_ids"] = {h: clone_set(v) for h, v in index.items()} if index else {}
         copied = new(cls)
         copied.__dict__.update(state)
         return copied
@@ -153,6 +167,10 @@ Holder = tuple[int, tuple[int, ...], int, tuple[int, ...]]  # (kind, table, toke
 # A request's published pages are always its leading pages, so the tokens of the published prefix
 # (``len == indexed * B``) are all a holder needs: page contents are chosen when pages are
 # published (every choice is explored), not when a request is admitted.
+
+
+_T = TypeVar("_T")
+Then = Callable[[tuple[Holder, ...], Any], Any]  # (the state's holders, returned) -> holders
 
 
 def _with(gen: tuple[Holder, ...], old: Holder | None, new: Holder | None) -> tuple[Holder, ...]:
@@ -169,6 +187,11 @@ class BlockManagerModel(Model):
 
     memo = True  # pair_key is the whole state of both sides (_whole)
     edges_from_snapshot = True
+    # The spec's read-only calls (capacity queries, slot rebuilds, lookups that pin nothing, inputs
+    # it rejects before any change) read page metadata, the free deque's length and set
+    # membership, never a set's iteration order or table: two spec states with one snapshot
+    # answer them alike (tests/test_explorer_reductions.py checks it on every reached pair).
+    spec_readonly_by_snapshot = True
 
     def __init__(
         self,
@@ -189,6 +212,18 @@ class BlockManagerModel(Model):
         self._hashes: dict[tuple[int, ...], tuple[bytes, ...]] = {(): ()}
         self._fast: dict[type, Any] = {}
         self._usable: tuple[Any, int] = (None, 0)
+        self._edge_objects: dict[Hashable, Any] = {}  # (see _e)
+        self._fixed_edges = self._fixed()
+        # Set tables by their class (proofs/explorer/set_classes.py): sound for the classes whose
+        # every set operation is known — kvspec's own spec and impl, not their subclasses (a
+        # mutant may add any id) nor an engine's class — so only their tables are classed.
+        self._classes: dict[Any, int] | None = None
+        self._classed: tuple[type, ...] = ()
+        if bounds.layout_classes and bounds.pages <= MAX_IDS:
+            from impl.infinilm.block_manager import BlockManager as ImplBlockManager
+
+            self._classes = layout_classes(bounds.pages)
+            self._classed = (SpecBlockManager, ImplBlockManager)
 
     def initial(self) -> tuple[Any, Any, Any]:
         b = self.b
@@ -242,87 +277,111 @@ class BlockManagerModel(Model):
         return chains
 
     # ------------------------------------------------------------ the alphabet
+    def _e(self, key: Hashable, make: Callable[..., _T], *args: Any) -> _T:
+        """``make(*args)``, made once per ``key``: the one Edge object of a call and its model
+        update (its ``then`` takes the state's generator model) is shared by every state that
+        offers it, so its memo ident is computed once."""
+        found = self._edge_objects.get(key)
+        if found is None:
+            found = self._edge_objects[key] = make(*args)
+        return found
+
+    def _fixed(self) -> tuple[list[Edge], list[Edge], list[Edge]]:
+        """The edges every state offers: queries and reclamations; admissions without a lookup
+        (when a holder may be added); the state-free rejected inputs."""
+        b = self.b
+        n, size = b.pages, b.block_size
+        head: list[Edge] = []
+        if b.queries:
+            head.append(Edge("get_num_free_blocks", (), readonly=True))
+            head.append(Edge("get_total_usable_blocks", (), readonly=True))
+            head += [Edge("can_allocate", (k,), readonly=True) for k in range(n + 2)]
+        head += [Edge("try_free_blocks", (k,)) for k in range(n + 2)]
+        admissions = [  # admit a request without prefix lookup (some tokens remote-computed)
+            Edge("allocate_slots", (length - computed, computed), self._admit(None, length, ()))
+            for length in range(1, b.tokens + 1)
+            for computed in range(length)
+        ]
+        bad = [
+            rejected("free_blocks", ([n],)),
+            rejected("free_blocks", ([-1],)),
+            rejected("allocate_slots", (-1, 0)),
+            rejected("allocate_slots", (1, -1)),
+            rejected("try_free_blocks", (-1,)),
+            rejected("can_allocate", (-1,)),
+            rejected("publish_computed_blocks", ([n], [b"\x01" * 16], 0, size)),
+        ]
+        return head, admissions, bad
+
     def edges(self, snap: Any, gen: tuple[Holder, ...], spec: Callable[[], Any]) -> list[Edge]:
         b = self.b
         n, size = b.pages, b.block_size
-        out: list[Edge] = []
+        e = self._e
+        head, admissions, bad = self._fixed_edges
+        out: list[Edge] = list(head)
         add = out.append
         room = len(gen) < b.tables
         distinct = sorted(set(gen))
-        if b.queries:
-            add(Edge("get_num_free_blocks", (), readonly=True))
-            add(Edge("get_total_usable_blocks", (), readonly=True))
-            for k in range(n + 2):
-                add(Edge("can_allocate", (k,), readonly=True))
-        for k in range(n + 2):
-            add(Edge("try_free_blocks", (k,)))
-        if room:  # admit a request without prefix lookup (some tokens remote-computed)
-            for length in range(1, b.tokens + 1):
-                for computed in range(length):
-                    add(
-                        Edge(
-                            "allocate_slots",
-                            (length - computed, computed),
-                            self._admit(gen, None, length, ()),
-                        )
-                    )
+        if room:
+            out += admissions
         index = {h for h, _ in snap.hash_to_block_ids}
         for chain in self.indexed_chains(index) if index else ():
-            hashes = list(self.hashes(chain))
+            hashes = self.hashes(chain)
             for cap in (len(hashes) * size - 1, len(hashes) * size):  # the P-1 cap, and none
                 pages = cap // size
                 if pages == 0:
-                    add(Edge("get_computed_blocks", (hashes, cap), readonly=True))
+                    add(e(("lookup", cap, chain), self._lookup, hashes, cap, None))
                 elif room:
-                    add(Edge("get_computed_blocks", (hashes, cap), self._pin(gen, chain)))
+                    add(e(("pin", cap, chain), self._lookup, hashes, cap, self._pin(chain)))
         miss = next((c for c in self.contents if self.hashes(c)[0] not in index), None)
         if miss is not None:
-            add(Edge("get_computed_blocks", (list(self.hashes(miss)), size), readonly=True))
+            add(e(("miss", miss), self._lookup, self.hashes(miss), size, None))
         for h in distinct:  # the scheduler's admission: allocate behind a pinned prefix
-            if h[0] != PIN:
-                continue
-            table, hit = list(h[1]), len(h[1]) * size
-            for length in range(hit + 1, b.tokens + 1):
-                for computed in range(hit, length):
-                    add(
-                        Edge(
-                            "allocate_slots",
-                            (length - computed, computed, table),
-                            self._admit(gen, h, length, h[3]),
-                        )
-                    )
-            if b.bad_inputs:
-                add(rejected("allocate_slots", (1, hit - 1, table)))
+            if h[0] == PIN:
+                out += e(("pinned", h), self._pinned_edges, h)
         for h in distinct:
             if h[0] == REQUEST:
-                self._request_edges(h, gen, add)
+                out += e(("request", h), self._request_edges, h)
         for h in distinct:
-            add(Edge("free_blocks", (list(h[1]),), self._release(gen, h)))
+            add(e(("free", h), Edge, "free_blocks", (list(h[1]),), self._release(h)))
         if b.bad_inputs:
             for page in range(n):
-                if snap.ref_counts[page] == 0:
-                    add(rejected("free_blocks", ([page],)))  # double release
-            add(rejected("free_blocks", ([n],)))
-            add(rejected("free_blocks", ([-1],)))
-            add(rejected("allocate_slots", (-1, 0)))
-            add(rejected("allocate_slots", (1, -1)))
-            add(rejected("try_free_blocks", (-1,)))
-            add(rejected("can_allocate", (-1,)))
-            add(rejected("publish_computed_blocks", ([n], [b"\x01" * 16], 0, size)))
+                if snap.ref_counts[page] == 0:  # double release
+                    add(e(("double", page), rejected, "free_blocks", ([page],)))
+            out += bad
             if snap.free_block_ids:  # publishing a page nobody holds
                 free_page = snap.free_block_ids[0]
-                add(rejected("publish_computed_blocks", ([free_page], [b"\x01" * 16], 0, size)))
+                args = ([free_page], [b"\x01" * 16], 0, size)
+                add(e(("unheld", free_page), rejected, "publish_computed_blocks", args))
         return out
 
-    def _request_edges(
-        self, h: Holder, gen: tuple[Holder, ...], add: Callable[[Edge], None]
-    ) -> None:
+    def _lookup(self, hashes: tuple[bytes, ...], cap: int, then: Then | None) -> Edge:
+        """A prefix lookup: it pins pages (``then``) or none (read-only)."""
+        return Edge("get_computed_blocks", (list(hashes), cap), then, readonly=then is None)
+
+    def _pinned_edges(self, h: Holder) -> list[Edge]:
+        b = self.b
+        table, hit = list(h[1]), len(h[1]) * b.block_size
+        out = [
+            Edge(
+                "allocate_slots", (length - computed, computed, table), self._admit(h, length, h[3])
+            )
+            for length in range(hit + 1, b.tokens + 1)
+            for computed in range(hit, length)
+        ]
+        if b.bad_inputs:
+            out.append(rejected("allocate_slots", (1, hit - 1, table)))
+        return out
+
+    def _request_edges(self, h: Holder) -> list[Edge]:
         b = self.b
         size, n = b.block_size, b.pages
         _, table_t, length, chain = h
         table = list(table_t)
         indexed = len(chain) // size
         end = min(length // size, len(table))
+        out: list[Edge] = []
+        add = out.append
         for stop in range(indexed + 1, end + 1):  # publish every choice of page contents
             for combo in itertools.product(self.contents, repeat=stop - indexed):
                 tokens = chain + tuple(itertools.chain.from_iterable(combo))
@@ -330,17 +389,17 @@ class BlockManagerModel(Model):
                     Edge(
                         "publish_computed_blocks",
                         (table, list(self.hashes(tokens)), indexed, stop * size),
-                        self._replace(gen, h, (REQUEST, table_t, length, tokens)),
+                        self._replace(h, (REQUEST, table_t, length, tokens)),
                     )
                 )
         decodable = len(table) == -(-length // size)
         if decodable and length < b.tokens:
-            add(Edge("append_slot", (table, length + 1), self._decode(gen, h)))
+            add(Edge("append_slot", (table, length + 1), self._decode(h)))
         if decodable:
             for drafts in range(1, b.tokens - length + 1):
-                add(Edge("append_slots", (table, length + 1, drafts), self._drafts(gen, h)))
+                add(Edge("append_slots", (table, length + 1, drafts), self._drafts(h)))
         for keep in range(1, len(table) * size + 1):
-            add(Edge("truncate_blocks", (table, keep), self._truncate(gen, h, keep)))
+            add(Edge("truncate_blocks", (table, keep), self._truncate(h, keep)))
         if b.queries:
             add(Edge("update_blocks_slot", (table, 0, length), readonly=True))
             if length > 1:
@@ -370,22 +429,23 @@ class BlockManagerModel(Model):
                     ([table[-1], table[-1]], [b"\x01" * 16, b"\x02" * 16], 0, 2 * size),
                 )
             )
+        return out
 
     # ------------------------------------------------------------ model updates
-    def _admit(
-        self, gen: tuple[Holder, ...], pin: Holder | None, length: int, chain: tuple[int, ...]
-    ) -> Callable[[Any], Any]:
-        def then(returned: Any) -> Any:
+    # Each takes the generator model of the state the call was made from, so one Edge object
+    # serves every state that offers the call.
+    def _admit(self, pin: Holder | None, length: int, chain: tuple[int, ...]) -> Then:
+        def then(gen: tuple[Holder, ...], returned: Any) -> Any:
             if returned is None:  # no pages: a pin stays pinned (released later by free_blocks)
                 return gen
             return _with(gen, pin, (REQUEST, tuple(returned[0]), length, chain))
 
         return then
 
-    def _pin(self, gen: tuple[Holder, ...], chain: tuple[int, ...]) -> Callable[[Any], Any]:
+    def _pin(self, chain: tuple[int, ...]) -> Then:
         size = self.b.block_size
 
-        def then(returned: Any) -> Any:
+        def then(gen: tuple[Holder, ...], returned: Any) -> Any:
             table = tuple(returned[0])
             if not table:
                 return gen
@@ -393,22 +453,22 @@ class BlockManagerModel(Model):
 
         return then
 
-    def _replace(self, gen: tuple[Holder, ...], old: Holder, new: Holder) -> Callable[[Any], Any]:
-        return lambda returned: _with(gen, old, new)
+    def _replace(self, old: Holder, new: Holder) -> Then:
+        return lambda gen, returned: _with(gen, old, new)
 
-    def _release(self, gen: tuple[Holder, ...], old: Holder) -> Callable[[Any], Any]:
-        return lambda returned: _with(gen, old, None)
+    def _release(self, old: Holder) -> Then:
+        return lambda gen, returned: _with(gen, old, None)
 
-    def _decode(self, gen: tuple[Holder, ...], h: Holder) -> Callable[[Any], Any]:
-        return lambda returned: _with(gen, h, (REQUEST, tuple(returned[0]), h[2] + 1, h[3]))
+    def _decode(self, h: Holder) -> Then:
+        return lambda gen, returned: _with(gen, h, (REQUEST, tuple(returned[0]), h[2] + 1, h[3]))
 
-    def _drafts(self, gen: tuple[Holder, ...], h: Holder) -> Callable[[Any], Any]:
-        return lambda returned: _with(gen, h, (REQUEST, tuple(returned[0]), h[2], h[3]))
+    def _drafts(self, h: Holder) -> Then:
+        return lambda gen, returned: _with(gen, h, (REQUEST, tuple(returned[0]), h[2], h[3]))
 
-    def _truncate(self, gen: tuple[Holder, ...], h: Holder, keep: int) -> Callable[[Any], Any]:
+    def _truncate(self, h: Holder, keep: int) -> Then:
         size = self.b.block_size
 
-        def then(returned: Any) -> Any:
+        def then(gen: tuple[Holder, ...], returned: Any) -> Any:
             table = tuple(returned)
             chain = h[3][: min(len(h[3]) // size, len(table)) * size]
             return _with(gen, h, (REQUEST, table, keep, chain))
@@ -434,17 +494,43 @@ class BlockManagerModel(Model):
         state). Any other object (an engine's own class): its set tables only, as before the
         memo — and the memo and lazy cloning are switched off, since the key no longer covers
         its whole state."""
-        fast = self._fast.get(type(obj))
+        t = type(obj)
+        fast = self._fast.get(t)
         if fast is None:
-            fast = self._fast[type(obj)] = _block_manager_cloner(type(obj))
-        if fast is False or not obj.__dict__.keys() <= _BM_ATTRIBUTES:
+            fast = self._fast[t] = _block_manager_cloner(t)
+        state = obj.__dict__
+        if fast is False or not state.keys() <= _BM_ATTRIBUTES:
             self.memo = False
             return ("tables", _bm_tables(obj))
+        index = state["hash_to_block_ids"]
+        used = state["used_block_ids"]
+        classes = self._classes
+        if classes is not None and t in self._classed:  # (their sets are sets)
+            get = classes.get
+            key = set_layout(used)
+            used_key = get(key, key)
+            if not index:
+                return (t, used_key, (), state.get("num_referenced"))
+            if len(index) == 1:
+                for ids in index.values():
+                    key = set_layout(ids)
+                    return (t, used_key, (get(key, key),), state.get("num_referenced"))
+            return (
+                t,
+                used_key,
+                tuple([get(k, k) for k in map(set_layout, map(index.get, sorted(index)))]),
+                state.get("num_referenced"),
+            )
+        # (the tables of _bm_tables, read without its generality: kvspec's classes hold sets)
         return (
-            type(obj),
-            _bm_tables(obj),
-            getattr(obj, "num_referenced", None),
+            t,
+            set_layout(used) if type(used) is set else tuple(used),
+            tuple([_table(index[h]) for h in sorted(index)]) if index else (),
+            state.get("num_referenced"),
         )
+
+    def reductions(self) -> dict[str, bool]:
+        return {"layout_classes": self._classes is not None}
 
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
         # the sets' tables decide future eviction order and pinned copies; the target's too (a

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from impl.infinilm.scheduler import Scheduler as ImplScheduler
 from proofs.explorer.model_block_manager import _block_manager_cloner, _bm_tables, _table
 from proofs.explorer.search import Edge, Model
 from proofs.explorer.set_clone import _ATOMIC, clone, clone_set
+from spec.infinilm.request import InferenceRequest, SamplingParams
+from spec.infinilm.scheduler import RequestQueue, SpeculativeCacheOps
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
 from stateful_tests import infinilm_scheduler as sched
 from stateful_tests.lockstep import Check, Outcome
@@ -115,6 +119,124 @@ def _clone_plain(obj: Any, memo: dict[int, Any]) -> Any:
     return copied
 
 
+# kvspec's InferenceRequest: what each attribute holds (its constructor and methods keep it so)
+_REQUEST_LISTS = frozenset(  # lists of ints or of hash bytes: a shallow copy is exact
+    {
+        "prompt_token_ids",
+        "block_table",
+        "slot_mapping",
+        "_generated_token_ids",
+        "_block_hashes",
+        "_hash_tail",
+    }
+)
+_REQUEST_ATTRIBUTES = _REQUEST_LISTS | {
+    "request_id",
+    "prompt_length",
+    "sampling_params",  # a SamplingParams (one int): copied
+    "status",
+    "finish_reason",
+    "num_blocks",
+    "num_computed_tokens",
+    "num_local_cached_tokens",
+    "num_cache_indexed_blocks",
+    "mamba_cache_index",
+    "has_multimodal_inputs",
+    "kv_transfer_params",  # None in the harness, cloned otherwise
+    "_hash_config",  # a tuple of atoms: shared
+}
+_SCHEDULER_ATTRIBUTES = frozenset(
+    {
+        "reservation",
+        "max_batch_size",
+        "block_size",
+        "max_num_batched_tokens",
+        "connector",
+        "has_mamba_cache",
+        "enable_prefix_caching",
+        "cache_manager",
+        "mamba_cache_manager",
+        "speculative_cache_ops",
+        "waiting_queue",
+        "running_queue",
+        "remote_kv_requests",
+        "finished_receiving_kv_req_ids",
+        "failed_receiving_kv_req_ids",
+        "pending_free_blocks",
+        "pending_kv_decode_blocks",
+        "_incremental",
+        "_num_reserved",
+    }
+)
+
+
+_SCHEDULERS = (SpecScheduler, ImplScheduler)
+
+
+def _clone_request(r: Any, memo: dict[int, Any]) -> Any:
+    """:func:`_clone_plain` for kvspec's own request class (its list attributes hold atoms)."""
+    state = r.__dict__
+    if type(r) is not InferenceRequest or not state.keys() <= _REQUEST_ATTRIBUTES:
+        return _clone_plain(r, memo)
+    state = state.copy()
+    for name in _REQUEST_LISTS:
+        state[name] = state[name].copy()
+    params = state["sampling_params"]
+    if type(params) is SamplingParams:
+        copied_params = object.__new__(SamplingParams)
+        copied_params.__dict__.update(params.__dict__)
+        state["sampling_params"] = copied_params
+    else:
+        state["sampling_params"] = clone(params, memo)
+    if state["kv_transfer_params"] is not None:
+        state["kv_transfer_params"] = clone(state["kv_transfer_params"], memo)
+    copied = memo[id(r)] = object.__new__(InferenceRequest)
+    copied.__dict__ = state
+    return copied
+
+
+def _clone_scheduler(s: Any, connector: Any, memo: dict[int, Any]) -> Any:
+    """The scheduler of a harness whose requests and block manager are in ``memo`` already,
+    field by field — for kvspec's own schedulers in the harness's shape; ``None`` otherwise."""
+    state = s.__dict__
+    ops, bm = state.get("speculative_cache_ops"), state.get("cache_manager")
+    queues = (state.get("waiting_queue"), state.get("running_queue"))
+    if (
+        not isinstance(s, _SCHEDULERS)
+        or not state.keys() <= _SCHEDULER_ATTRIBUTES
+        or id(bm) not in memo
+        or type(ops) is not SpeculativeCacheOps
+        or ops.__dict__.keys() != {"block_manager"}
+        or ops.block_manager is not bm
+        or state.get("mamba_cache_manager") is not None
+        or state.get("connector") is not connector
+        or any(type(q) is not RequestQueue or q.__dict__.keys() != {"_items"} for q in queues)
+    ):
+        return None
+    state = state.copy()
+    new = object.__new__
+    copied_bm = state["cache_manager"] = memo[id(bm)]
+    copied_ops = state["speculative_cache_ops"] = new(SpeculativeCacheOps)
+    copied_ops.block_manager = copied_bm
+    try:
+        for name, queue in zip(("waiting_queue", "running_queue"), queues, strict=True):
+            copied_queue = state[name] = new(RequestQueue)
+            copied_queue._items = deque([memo[id(r)] for r in queue._items])
+        state["remote_kv_requests"] = {
+            k: memo[id(r)] for k, r in state["remote_kv_requests"].items()
+        }
+    except KeyError:  # a request the harness does not list: the generic clone keeps it
+        return None
+    state["finished_receiving_kv_req_ids"] = clone_set(state["finished_receiving_kv_req_ids"])
+    state["failed_receiving_kv_req_ids"] = clone_set(state["failed_receiving_kv_req_ids"])
+    state["pending_free_blocks"] = clone(state["pending_free_blocks"], memo)
+    if connector is not None:
+        state["connector"] = memo[id(connector)]
+    copied = new(type(s))
+    copied.__dict__ = state
+    return copied
+
+
 class SchedulerModel(Model):
     """Engine events over a spec harness and a target harness (mirrors the scheduler Driver)."""
 
@@ -127,7 +249,7 @@ class SchedulerModel(Model):
             return clone(h)
         memo: dict[int, Any] = {}
         state = h.__dict__.copy()
-        state["requests"] = {rid: _clone_plain(r, memo) for rid, r in h.requests.items()}
+        state["requests"] = {rid: _clone_request(r, memo) for rid, r in h.requests.items()}
         state["lost"] = clone_set(h.lost)
         s = h.s
         bm = s.cache_manager
@@ -137,9 +259,9 @@ class SchedulerModel(Model):
         if fast is not False and hasattr(bm, "__dict__"):
             memo[id(bm)] = fast(bm)
         state["connector"] = clone(h.connector, memo)
-        state["s"] = clone(s, memo)
+        state["s"] = _clone_scheduler(s, h.connector, memo) or clone(s, memo)
         copied = object.__new__(type(h))
-        copied.__dict__.update(state)
+        copied.__dict__ = state
         return copied
 
     def __init__(
@@ -273,10 +395,13 @@ class SchedulerModel(Model):
     def edge_checks(
         self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
     ) -> Check | None:
-        return self.sched.check_harness(target, soundness=self.b.soundness)
+        # ``snap`` is the spec's snapshot after the call, which the target's equals by now: it is
+        # not read again (a read-only batch that lets a difference through to here is re-decided
+        # on the exact path by its final comparison)
+        return self.sched.check_harness(target, soundness=self.b.soundness, snap=snap)
 
     def state_checks(self, snap: Any, gen: Any, spec: Any, target: Any) -> Check | None:
-        return self.sched.check_harness(spec, soundness=self.b.soundness)
+        return self.sched.check_harness(spec, soundness=self.b.soundness, snap=snap)
 
 
 _TERMINAL_NAMES = frozenset({"FINISHED", "CANCELED", "TIMEOUT", "FAILED"})

@@ -92,7 +92,7 @@ def replay(exp: Expander, path: Path) -> tuple[Any, Any, Any, Any]:
         s_out = invoke(spec, edge.method, edge.args)
         invoke(target, edge.method, edge.args)
         if s_out.raised is None and edge.then is not None:
-            gen = edge.then(s_out.returned)
+            gen = edge.then(gen, s_out.returned)
     return spec, target, model.reader(spec), gen
 
 

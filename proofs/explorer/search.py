@@ -50,19 +50,20 @@ from stateful_tests.lockstep import (
 class Edge:
     """One call of the alphabet from one state.
 
-    ``then(returned)`` gives the generator model after a call the spec accepted (``None``: the
+    ``then(gen, returned)`` gives the generator model after a call the spec accepted from a state
+    whose generator model is ``gen`` (``None``: the
     model is unchanged); a call the spec rejects never changes the model. ``readonly``: the spec
     cannot change (a query, or a bad input the spec rejects before any change); ``bad``: the spec
     must reject it — if it does not, the edge is compared but not followed.
     """
 
-    __slots__ = ("_ident", "args", "bad", "method", "readonly", "then")
+    __slots__ = ("_ident", "args", "bad", "lists", "method", "readonly", "then")
 
     def __init__(
         self,
         method: str,
         args: tuple[Any, ...],
-        then: Callable[[Any], Any] | None = None,
+        then: Callable[[Any, Any], Any] | None = None,
         *,
         readonly: bool = False,
         bad: bool = False,
@@ -72,6 +73,7 @@ class Edge:
         self.then = then
         self.readonly = readonly
         self.bad = bad
+        self.lists = any(type(a) is list for a in args)  # each side gets private copies of them
         self._ident: int | None = None
 
     @property
@@ -113,6 +115,11 @@ class Model:
     memo: bool = False
     # edges() reads only (snap, gen), never the spec: the edge lists are cached per observable
     edges_from_snapshot: bool = False
+    # the spec's outcome of every read-only edge is a function of its snapshot alone (its
+    # read-only calls read no hidden state): the explorer asks the spec once per snapshot
+    spec_readonly_by_snapshot: bool = False
+    # pair_key() reads the snapshot only (no object): pairs are found by the snapshot's hash
+    key_from_snapshot: bool = False
 
     def __init__(
         self,
@@ -532,6 +539,6 @@ def rebuild(model: Model, path: Sequence[int]) -> list[Step]:
         s_out = invoke(spec, edge.method, edge.args)
         t_out = invoke(target, edge.method, edge.args)
         if s_out.raised is None and edge.then is not None:
-            gen = edge.then(s_out.returned)
+            gen = edge.then(gen, s_out.returned)
         steps.append(Step(edge.method, list(edge.args), s_out, t_out, model.holders(gen)))
     return steps

@@ -57,13 +57,52 @@ class ExplorerUnsupported(RuntimeError):
     """This interpreter's sets cannot be cloned exactly (the explorer needs CPython 3.11+)."""
 
 
+def _memory() -> tuple[Any, Any]:
+    """This process's memory as bytes and as 8-byte words (a buffer over address 0): reading a
+    set's header and table through it costs an index and a slice, not a ctypes call (``None``
+    where ctypes cannot map it: every read then goes through ``from_address``)."""
+    try:
+        raw = memoryview((ctypes.c_char * (1 << 62)).from_address(0)).cast("B")
+        return raw, raw.cast("q")
+    except (TypeError, ValueError, OverflowError, MemoryError):  # pragma: no cover
+        return None, None
+
+
+_MEM, _WORD = _memory()
+# word offsets of the fields read (every field of PySetObject is 8 bytes and objects are aligned)
+_FILL, _USED, _MASK, _TABLE, _FINGER = (
+    getattr(_SetObject, name).offset >> 3 for name in ("fill", "used", "mask", "table", "finger")
+)
+
+
 def clone_set(s: set[Any]) -> set[Any]:
     """A copy of ``s`` with the same hash table: same slots, dummies, size and fill, hence the
     same iteration order now and after any further sequence of adds and removes."""
-    src = _SetObject.from_address(id(s))
     copied = s.copy()  # holds a reference to every element, as the verbatim table needs
-    if src.fill == src.used and src.mask == 7 and src.finger == 0:
+    words = _WORD
+    if words is None:
+        return _copy_table(s, copied)
+    at = id(s) >> 3
+    fill, mask, finger = words[at + _FILL], words[at + _MASK], words[at + _FINGER]
+    if fill == words[at + _USED] and mask == 7 and finger == 0:
         return copied  # no dummies, small table: the copy is laid out slot for slot already
+    to = id(copied)
+    small = to + _SMALLTABLE
+    to >>= 3
+    if mask != 7 or words[to + _TABLE] != small:
+        return _copy_table(s, copied)  # a large table needs its own allocation
+    table = words[at + _TABLE]
+    _MEM[small : small + 128] = _MEM[table : table + 128]
+    words[to + _FILL] = fill
+    words[to + _FINGER] = finger
+    return copied
+
+
+def _copy_table(s: set[Any], copied: set[Any]) -> set[Any]:
+    """:func:`clone_set` through ctypes structures (any table size)."""
+    src = _SetObject.from_address(id(s))
+    if src.fill == src.used and src.mask == 7 and src.finger == 0:
+        return copied
     dst = _SetObject.from_address(id(copied))
     mask, small = src.mask, id(copied) + _SMALLTABLE
     size = (mask + 1) * ctypes.sizeof(_SetEntry)
@@ -88,6 +127,11 @@ def set_layout(s: set[Any]) -> tuple[int, bytes]:
     """The hash table of ``s`` (fill and raw entries) — equal layouts iterate equally forever.
     Entries hold element addresses: exact for small ints and shared elements (over-distinguishing
     otherwise, which costs states, never soundness)."""
+    words = _WORD
+    if words is not None:
+        at = id(s) >> 3
+        table = words[at + _TABLE]
+        return words[at + _FILL], _MEM[table : table + ((words[at + _MASK] + 1) << 4)].tobytes()
     src = _SetObject.from_address(id(s))
     return src.fill, ctypes.string_at(src.table, (src.mask + 1) * ctypes.sizeof(_SetEntry))
 
