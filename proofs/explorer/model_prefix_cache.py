@@ -148,10 +148,12 @@ class PrefixCacheModel(Model):
         return (snap, *(_request_key(r) for r in (spec.requests.values() if spec else ())))
 
     # ------------------------------------------------------------ the generator model
-    def _scheduled(self, gen: Gen, req: Req, budget: int, token: int) -> Callable[[Any], Gen]:
+    def _scheduled(self, gen: Gen, req: Req, budget: int, token: int) -> Callable[[Gen, Any], Gen]:
         bs, top = self.b.block_size, self.b.max_model_len
 
-        def then(returned: Any) -> Gen:
+        # the engine passes the state's generator model, which is ``gen``: edges are built per
+        # state here, never shared
+        def then(_state_gen: Gen, returned: Any) -> Gen:
             if returned is None:
                 return gen
             hit = len(returned["hits"]) * bs
@@ -244,12 +246,13 @@ class PrefixCacheModel(Model):
         return None
 
 
-def _then(step: Callable[..., Gen], gen: Gen, arg: Any) -> Callable[[Any], Gen]:
-    """An edge's ``then``: ``step(gen, arg)``, or ``step(gen, arg, returned)`` for one that reads
-    the call's result (``_deferred``)."""
+def _then(step: Callable[..., Gen], gen: Gen, arg: Any) -> Callable[[Gen, Any], Gen]:
+    """An edge's ``then(state's gen, returned)``: ``step(gen, arg)``, or ``step(gen, arg,
+    returned)`` for one that reads the call's result (``_deferred``). Edges are built per state,
+    so the state's generator model is ``gen``."""
     if step is _deferred:
-        return lambda returned: _deferred(gen, arg, returned)
-    return lambda returned: step(gen, arg)
+        return lambda _state_gen, returned: _deferred(gen, arg, returned)
+    return lambda _state_gen, returned: step(gen, arg)
 
 
 def _request_key(r: Any) -> tuple[Any, ...]:
