@@ -323,7 +323,7 @@ def gpu_free_queue_partition(s: PrefixCacheSnapshot) -> Violation:
     return f"blocks {negative} have negative ref counts" if negative else None
 
 
-def gpu_free_counter_matches_queue(s: PrefixCacheSnapshot) -> Violation:
+def free_counter_matches_queue(s: PrefixCacheSnapshot) -> Violation:
     """§5.4 3, 12: ``num_free_blocks`` is the queue's length and ``usage == 1 - free / (N - 1)``."""
     if s.num_free_blocks != len(s.free_queue):
         return f"num_free_blocks {s.num_free_blocks} != {len(s.free_queue)} blocks in the queue"
@@ -350,7 +350,7 @@ def gpu_prefix_index_consistent(s: PrefixCacheSnapshot) -> Violation:
     return None
 
 
-def gpu_null_block_reserved(s: PrefixCacheSnapshot) -> Violation:
+def null_block_reserved(s: PrefixCacheSnapshot) -> Violation:
     """``null_block_reserved`` (§5.4 4): block 0 is the only null block; it is never free, never
     cached and in no request's block list."""
     if s.null_blocks != (0,):
@@ -361,7 +361,7 @@ def gpu_null_block_reserved(s: PrefixCacheSnapshot) -> Violation:
     return None
 
 
-def gpu_cached_blocks_are_a_prefix(s: PrefixCacheSnapshot) -> Violation:
+def cached_blocks_are_a_prefix(s: PrefixCacheSnapshot) -> Violation:
     """``cached_blocks_are_a_prefix`` (§5.4 8): a request's blocks past its cached count (all of
     them without a count) carry no hash — only full, cached blocks are hashed."""
     cached = dict(s.num_cached_block)
@@ -374,7 +374,7 @@ def gpu_cached_blocks_are_a_prefix(s: PrefixCacheSnapshot) -> Violation:
     return f"hashed blocks past a request's cached count (request, block): {bad}" if bad else None
 
 
-def gpu_block_hashes_match_content(
+def block_hashes_match_content(
     s: PrefixCacheSnapshot, prefixes: Mapping[str, Sequence[str]]
 ) -> Violation:
     """``block_hashes_match_content`` (§5.4 9): a request's cached block at position i is either

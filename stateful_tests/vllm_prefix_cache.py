@@ -44,10 +44,10 @@ SNAPSHOT_CHECKS = {
 }
 STATE_INVARIANTS: dict[str, Callable[[PrefixCacheSnapshot], str | None]] = {
     "free_and_used_partition_pool": inv.gpu_free_queue_partition,
-    "free_counter_matches_queue": inv.gpu_free_counter_matches_queue,
+    "free_counter_matches_queue": inv.free_counter_matches_queue,
     "prefix_index_consistent": inv.gpu_prefix_index_consistent,
-    "null_block_reserved": inv.gpu_null_block_reserved,
-    "cached_blocks_are_a_prefix": inv.gpu_cached_blocks_are_a_prefix,
+    "null_block_reserved": inv.null_block_reserved,
+    "cached_blocks_are_a_prefix": inv.cached_blocks_are_a_prefix,
 }
 LEDGER_INVARIANTS = (
     "referenced_count_matches_live_pages",
@@ -155,7 +155,7 @@ class Driver:
         if problem:
             return "referenced_count_matches_live_pages", problem
         holding = [rid for rid, ids in snap.req_to_blocks if ids]
-        problem = inv.gpu_block_hashes_match_content(snap, prefixes(self.spec_h, holding))
+        problem = inv.block_hashes_match_content(snap, prefixes(self.spec_h, holding))
         if problem:
             return "block_hashes_match_content", problem
         if not snap.req_to_blocks and not self.deferred:

@@ -37,7 +37,7 @@ def queue(m: Any) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- upstream traces
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 @pytest.mark.parametrize(
     ("order", "after_free", "miss"),
     [
@@ -64,7 +64,7 @@ def test_upstream_prefill_trace(
     assert admit(m, Request("r3", list(range(500, 660)), 16)) == miss
 
 
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 @pytest.mark.parametrize(
     ("order", "expected"),
     [
@@ -86,7 +86,7 @@ def test_upstream_evict_trace(cls: Manager, order: str, expected: list[int]) -> 
 
 
 # ----------------------------------------------------------------------------- quirks
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 def test_quirk_tracked_without_hash(cls: Manager) -> None:
     """A first chunk that fills no block leaves no cached count: the next step takes the
     new-request path (and a later full block is cached from block 0)."""
@@ -99,7 +99,7 @@ def test_quirk_tracked_without_hash(cls: Manager) -> None:
     assert read_prefix_cache(m).num_cached_block == (("r", 1),)
 
 
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 def test_quirk_common_prefix_creates_entry(cls: Manager) -> None:
     """Up to 0.31 the common-prefix count of an unknown request id adds an empty block list,
     which then counts as a request holding blocks; 0.32+ answer [0]."""
@@ -115,7 +115,7 @@ def test_quirk_common_prefix_creates_entry(cls: Manager) -> None:
     assert new.get_num_common_prefix_blocks("r") == [0]
 
 
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 def test_quirk_clamp_at_max_model_len(cls: Manager) -> None:
     m = cls(10, 2, 6)
     r = Request("r", [1, 2, 3], 2)
@@ -124,7 +124,7 @@ def test_quirk_clamp_at_max_model_len(cls: Manager) -> None:
     assert m.allocate_slots(r, 50) is m.empty_kv_cache_blocks
 
 
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 def test_failed_allocation_touches_nothing(cls: Manager) -> None:
     """#11565: hits are touched only after the capacity check, so ``None`` changes nothing."""
     m = cls(4, 2, 32)
@@ -139,7 +139,7 @@ def test_failed_allocation_touches_nothing(cls: Manager) -> None:
 
 
 # ----------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 def test_bad_inputs_are_rejected_without_change(cls: Manager) -> None:
     m = cls(6, 2, 8)
     r = Request("r", [1, 2, 3], 2)
@@ -170,7 +170,7 @@ def test_bad_inputs_are_rejected_without_change(cls: Manager) -> None:
     m.free(Request("never", [1], 2))
 
 
-@pytest.mark.parametrize("cls", MANAGERS)
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
 def test_release_variants(cls: Manager) -> None:
     """0.31 adopts hits without new tokens; 0.33 caps the hit length."""
     for variant, adopts in (("r0.30", False), ("r0.31", True)):

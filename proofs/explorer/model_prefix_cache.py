@@ -236,7 +236,7 @@ class PrefixCacheModel(Model):
         problem = inv.gpu_ref_counts_match_holders(snap, deferred)
         if problem:
             return "referenced_count_matches_live_pages", problem
-        problem = inv.gpu_block_hashes_match_content(snap, checker.prefixes(spec))
+        problem = inv.block_hashes_match_content(snap, checker.prefixes(spec))
         if problem:
             return "block_hashes_match_content", problem
         if not snap.req_to_blocks and not deferred:

@@ -53,3 +53,15 @@ def test_offload_lockstep(policy: str, seed: int) -> None:
 
     result = components.get(f"vllm-{policy}").fuzz(CPUOffloadingManager, "impl", _ops(6_000), seed)
     assert result.passed, result.failure
+
+
+@pytest.mark.parametrize("variant", ["unhashed_first", "classic"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_prefix_cache_lockstep(variant: str, seed: int) -> None:
+    from impl.vllm.kv_cache_manager import KVCacheManager
+    from kvspec import components
+
+    result = components.get("vllm-prefix-cache").fuzz(
+        KVCacheManager, "impl", _ops(6_000), seed, variant=variant
+    )
+    assert result.passed, result.failure
