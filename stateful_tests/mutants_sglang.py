@@ -1,0 +1,3 @@
+"""placeholder"""
+
+RADIX_CACHE_MUTANTS: tuple[object, ...] = ()
