@@ -52,7 +52,9 @@ class RadixHarness:
         self.c = cache_cls(config.size, page_size=config.page_size, eviction_policy=config.variant)
         self.alloc = self.c.token_to_kv_pool_allocator
         self.requests: dict[str, Req] = {}
-        self.released: dict[str, Any] = {}  # finished request -> the node it unlocked
+        # the request the last call finished -> the node it unlocked; any other call forgets it,
+        # so a later unlock never meets a node evicted and re-created at the same path
+        self.released: dict[str, Any] = {}
 
     # ------------------------------------------------------------ plumbing
     def _path(self, node: Any) -> list[int]:
@@ -74,6 +76,7 @@ class RadixHarness:
         """Match the prompt's cached prefix (at most ``len-1`` tokens: the last one is always
         computed), lock it, make room and allocate the rest; ``None`` (lock dropped) when the
         pool cannot hold it."""
+        self.released.clear()
         slots, node = self.c.match_prefix(tokens[: len(tokens) - 1])
         prefix = len(slots)
         self.c.inc_lock_ref(node)
@@ -94,6 +97,7 @@ class RadixHarness:
 
     def decode(self, rid: str, token: int) -> int | None:
         """One sampled token: a slot for it (evicting first when none is free)."""
+        self.released.clear()
         r, ps = self.requests[rid], self.config.page_size
         if ps == 1:
             self._room(1)
@@ -112,6 +116,7 @@ class RadixHarness:
         """Insert the request's page-aligned tokens with its slots; free the slots the tree
         already had (its own copies of a prefix another request cached first); repoint the row
         at the tree's slots and move the lock to the new last node."""
+        self.released.clear()
         r = self.requests[rid]
         cached = int(self.c.insert(r.tokens, r.row))
         if cached > r.protected:
@@ -132,7 +137,7 @@ class RadixHarness:
         r = self.requests.pop(rid)
         self._free_tail(r)
         self.c.dec_lock_ref(r.node)
-        self.released[rid] = r.node
+        self.released = {rid: r.node}
         return out
 
     def abort(self, rid: str) -> None:
@@ -140,21 +145,25 @@ class RadixHarness:
         r = self.requests.pop(rid)
         self._free_tail(r)
         self.c.dec_lock_ref(r.node)
-        self.released[rid] = r.node
+        self.released = {rid: r.node}
 
     # ------------------------------------------------------------ raw calls
     def match(self, tokens: list[int]) -> list[Any]:
+        self.released.clear()
         slots, node = self.c.match_prefix(tokens)
         return [len(slots), self._path(node)]
 
     def evict(self, num_tokens: int) -> int:
+        self.released.clear()
         return int(self.c.evict(num_tokens))
 
     def free(self, slots: list[int]) -> None:
+        self.released.clear()
         self.alloc.free(slots)
 
     def unlock_again(self, rid: str) -> int:
-        """``dec_lock_ref`` of the node a finished request already unlocked (a double unlock)."""
+        """``dec_lock_ref`` of the node the request finished by the last call already unlocked
+        (a double unlock)."""
         return int(self.c.dec_lock_ref(self.released[rid]))
 
     def available_size(self) -> int:
