@@ -484,7 +484,9 @@ _BUILTIN: tuple[Component, ...] = (
         targets={"sglang": "kvspec.sglang_adapter:SglangRadixCache"},
         mutants="stateful_tests.mutants_sglang:RADIX_CACHE_MUTANTS",
         explorer=ExplorerPlan(
-            "proofs.explorer:RadixCacheModel", "proofs.explorer:RadixCacheBounds", {}
+            "proofs.explorer:RadixCacheModel",
+            "proofs.explorer:RadixCacheBounds",
+            {"requests": 1, "slots": 2},
         ),
         bench_suites=("radix",),
         verify=VerifyPlan(check_examples=25, fuzz_ops=(3_000, 20_000)),  # x 3 variants

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from spec import invariants as inv
 from spec.sglang.radix_cache import EVICTION_POLICIES, RadixCache, RadixSnapshot
 from stateful_tests.checker import CheckerDef, Example, Operation, Options
-from stateful_tests.lockstep import Chooser, Lockstep, Step, Verdicts
+from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step, Verdicts
 from stateful_tests.sglang_harness import Config, RadixHarness, read
 
 SNAPSHOT_CHECKS = {"free_pages": "identical_eviction_order"}
@@ -93,7 +93,10 @@ class Driver:
     def call(self, method: str, *args: Any) -> Any:
         """Lockstep call, then the per-call invariant; the spec's outcome."""
         before = self.ls.after
-        out = self.ls.call(method, *args)
+        try:
+            out = self.ls.call(method, *args)
+        except Divergence as exc:
+            raise self._explain(exc, method, before) from None
         after = self.ls.after
         if method in _EVICTING and out.raised is None:
             problem = inv.radix_no_locked_eviction(before, after)
@@ -110,6 +113,22 @@ class Driver:
 
     def replay_step(self, step: dict[str, Any]) -> None:
         self.call(step["method"], *step["args"])
+
+    def _explain(self, exc: Divergence, method: str, before: RadixSnapshot) -> Divergence:
+        """Name a divergence after the first invariant the target's own state breaks."""
+        if exc.check not in ("snapshot", "return_value", "identical_eviction_order"):
+            return exc
+        try:
+            snap = read(self.target_h)
+        except Exception:  # a target that no longer reads
+            return exc
+        checks = [(name, p(snap)) for name, p in STATE_INVARIANTS.items()]
+        if method in _EVICTING:
+            checks.insert(0, ("no_live_eviction", inv.radix_no_locked_eviction(before, snap)))
+        for name, problem in checks:
+            if problem:
+                return Divergence(name, f"{problem} [{exc.check}: {exc.detail}]", exc.steps)
+        return exc
 
     def _track(self, method: str, args: Sequence[Any], out: Any) -> None:
         if method == "admit":

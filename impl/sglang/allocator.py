@@ -121,8 +121,3 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
         self._check(pages, reps)
         self._release(pages)
 
-
-def make_allocator(size: int, page_size: int) -> TokenToKVPoolAllocator:
-    if page_size == 1:
-        return TokenToKVPoolAllocator(size)
-    return PagedTokenToKVPoolAllocator(size, page_size)

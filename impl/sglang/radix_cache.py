@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from impl.sglang.allocator import TokenToKVPoolAllocator, make_allocator
+from impl.sglang.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from spec.errors import InvalidArgument, LockRefUnderflow, UnknownNode
 from spec.sglang.radix_cache import EVICTION_POLICIES, Path
 
@@ -36,12 +36,20 @@ class TreeNode:
 
 
 class RadixCache:
+    # the allocator classes, overridable (a planted bug in an allocator is a subclass here)
+    token_allocator_cls: type[TokenToKVPoolAllocator] = TokenToKVPoolAllocator
+    paged_allocator_cls: type[PagedTokenToKVPoolAllocator] = PagedTokenToKVPoolAllocator
+
     def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
         if eviction_policy not in EVICTION_POLICIES:
             raise InvalidArgument(f"unknown eviction policy {eviction_policy!r}")
         self.page_size = page_size
         self.eviction_policy = eviction_policy
-        self.token_to_kv_pool_allocator: TokenToKVPoolAllocator = make_allocator(size, page_size)
+        self.token_to_kv_pool_allocator: TokenToKVPoolAllocator = (
+            self.token_allocator_cls(size)
+            if page_size == 1
+            else self.paged_allocator_cls(size, page_size)
+        )
         self.root_node = TreeNode(None, (), [], 0)
         self.root_node.lock_ref = 1
         self.evictable_size_ = 0
