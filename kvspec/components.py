@@ -486,7 +486,7 @@ _BUILTIN: tuple[Component, ...] = (
         explorer=ExplorerPlan(
             "proofs.explorer:RadixCacheModel",
             "proofs.explorer:RadixCacheBounds",
-            {"requests": 1, "slots": 2},
+            {"requests": 1, "pages": 2},
         ),
         bench_suites=("radix",),
         verify=VerifyPlan(check_examples=25, fuzz_ops=(3_000, 20_000)),  # x 3 variants

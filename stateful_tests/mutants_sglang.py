@@ -180,7 +180,7 @@ RADIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("no_underflow_check", "SGLang 0.5.23 dec_lock_ref (audit finding)",
            NoUnderflowCheck, "exception"),
     Mutant("page_freed_once_per_slot", "SGLang RFC PR #13023 / issue #7130",
-           PageFreedOncePerSlot, "free_and_used_partition_pool"),
+           PageFreedOncePerSlot, "free_and_used_partition_pool", options={"page_size": 2}),
     Mutant("decode_page_boundary_off_by_one", "SGLang issue #7130 (paged decode)",
-           DecodePageBoundaryOffByOne, "return_value"),
+           DecodePageBoundaryOffByOne, "return_value", options={"page_size": 2}),
 )  # fmt: skip

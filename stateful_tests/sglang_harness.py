@@ -158,8 +158,8 @@ class RadixHarness:
         return int(self.c.evict(num_tokens))
 
     def free(self, slots: list[int]) -> None:
-        self.released.clear()
         self.alloc.free(slots)
+        self.released.clear()  # (after: a rejected free changes nothing)
 
     def unlock_again(self, rid: str) -> int:
         """``dec_lock_ref`` of the node the request finished by the last call already unlocked

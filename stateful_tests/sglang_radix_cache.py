@@ -49,9 +49,11 @@ def _verdicts() -> Verdicts:
     return Verdicts()
 
 
-def draw_config(c: Chooser, variant: str | None) -> Config:
-    """Small pools that fill up (4–6 pages), pages of 1, 2 or 4 slots, a 2–3 token vocabulary."""
-    page_size = c.pick((1, 1, 2, 4))
+def draw_config(c: Chooser, variant: str | None, page_size: int | None = None) -> Config:
+    """Small pools that fill up (4–8 pages), pages of 1, 2 or 4 slots (or ``page_size``), a 2–3
+    token vocabulary."""
+    drawn = c.pick((1, 1, 2, 4))
+    page_size = drawn if page_size is None else page_size
     return Config(
         variant=variant if variant is not None else c.pick(EVICTION_POLICIES),
         size=page_size * c.pick((4, 5, 6, 8)),
@@ -63,7 +65,8 @@ def draw_config(c: Chooser, variant: str | None) -> Config:
 
 
 def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
-    return draw_config(c, variant)
+    """The checker option ``page_size`` pins the page size (a planted bug that needs pages)."""
+    return draw_config(c, variant, options.get("page_size"))
 
 
 class Driver:
@@ -271,6 +274,7 @@ CHECKER = CheckerDef(
     facts=Facts.of,
     spec_cls=RadixCache,
     invariants=tuple(STATE_INVARIANTS),
+    options=("page_size",),
     episode_ops=150,
     examples=(
         Example(1, steps=200, config={"size": 6, "page_size": 1, "vocab": 2, "max_requests": 3,

@@ -28,12 +28,12 @@ from spec import invariants as inv
 
 @dataclass(frozen=True)
 class RadixCacheBounds:
-    """The small scope: a pool of ``slots`` slots in pages of ``page_size``, at most ``requests``
+    """The small scope: a pool of ``pages`` pages of ``page_size`` slots, at most ``requests``
     requests over the run (``live`` at once) with prompts of 1..``prompt_tokens`` tokens from
     ``0..vocab-1``, growing to ``max_len`` tokens by decoding."""
 
     variant: str = "lru"
-    slots: int = 3
+    pages: int = 3
     page_size: int = 1
     requests: int = 2
     live: int = 2
@@ -43,7 +43,7 @@ class RadixCacheBounds:
     bad_inputs: bool = True
 
     HELP: ClassVar[dict[str, str]] = {
-        "slots": "KV slots in the pool (page 0 not counted)",
+        "pages": "KV pages in the pool (page 0 not counted)",
         "page_size": "slots per page",
         "requests": "requests over the whole run",
         "live": "requests live at once",
@@ -55,7 +55,7 @@ class RadixCacheBounds:
 
     def validate(self) -> None:
         for name, lo, hi in (
-            ("slots", 1, 12),
+            ("pages", 1, 8),
             ("page_size", 1, 4),
             ("requests", 1, 5),
             ("live", 1, 4),
@@ -66,8 +66,6 @@ class RadixCacheBounds:
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
-        if self.slots % self.page_size:
-            raise ValueError("slots must be a multiple of page-size")
         if self.prompt_tokens > self.max_len:
             raise ValueError("prompt-tokens must be at most max-len")
 
@@ -99,7 +97,7 @@ class RadixCacheModel(Model):
         b = bounds
         self.config = Config(
             variant=b.variant,
-            size=b.slots,
+            size=b.pages * b.page_size,
             page_size=b.page_size,
             vocab=b.vocab,
             max_requests=b.live,
@@ -144,7 +142,7 @@ class RadixCacheModel(Model):
 
         for p in self.prompts:
             add(Edge("match", (p,), keep))
-        for n in sorted({1, b.slots}):
+        for n in sorted({1, b.pages * b.page_size}):
             add(Edge("evict", (n,), keep))
         if g.added < b.requests and len(g.reqs) < b.live:
             rid = f"r{g.added}"
@@ -161,7 +159,7 @@ class RadixCacheModel(Model):
         if b.bad_inputs:
             if snap.free_pages:
                 add(rejected("free", ([snap.free_pages[0] * b.page_size],)))
-            add(rejected("free", ([(b.slots // b.page_size + 1) * b.page_size],)))
+            add(rejected("free", ([(b.pages + 1) * b.page_size],)))
             rid = g.just_released
             if rid is not None and checker.unlocked(snap, read_released(spec(), rid)):
                 add(rejected("unlock_again", (rid,)))
