@@ -106,7 +106,12 @@ def adapter_class() -> type:
             prefix, seq = tensor([prefix_len]), tensor([seq_len])
             return listed(
                 self.upstream.alloc_extend(
-                    prefix, prefix.clone(), seq, seq.clone(), tensor([last_loc]), seq_len - prefix_len
+                    prefix,
+                    prefix.clone(),
+                    seq,
+                    seq.clone(),
+                    tensor([last_loc]),
+                    seq_len - prefix_len,
                 )
             )
 

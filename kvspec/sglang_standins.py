@@ -93,7 +93,7 @@ class _Platform:
 
 current_platform = _Platform()
 ''',
-    "sglang/kernels/ops/memory/allocator.py": '''"""kvspec stand-in: the triton allocation kernels (never called on CPU)."""
+    "sglang/kernels/ops/memory/allocator.py": '''"""kvspec stand-in: triton kernels (unused on CPU)."""
 
 
 def _not_here(*args, **kwargs):
@@ -107,7 +107,7 @@ class _Kernel:
 
 alloc_extend_kernel = alloc_decode_kernel = _Kernel()
 ''',
-    "sglang/srt/mem_cache/memory_pool.py": '''"""kvspec stand-in: the request-to-token pool type (kvspec keeps its own rows)."""
+    "sglang/srt/mem_cache/memory_pool.py": '''"""kvspec stand-in: pool types (kvspec keeps its rows)."""
 
 
 class ReqToTokenPool:
@@ -117,7 +117,7 @@ class ReqToTokenPool:
 class KVCache:
     pass
 ''',
-    "sglang/srt/mem_cache/events.py": '''"""kvspec stand-in: KV-cache events, off (the recorder records nothing)."""
+    "sglang/srt/mem_cache/events.py": '''"""kvspec stand-in: KV-cache events, off."""
 
 
 class LoRANameTable:
@@ -145,7 +145,7 @@ class KVCacheEventRecorder:
     def take_events(self):
         return []
 ''',
-    "sglang/srt/mem_cache/utils.py": '''"""kvspec stand-in: the eviction-policy factory and the hash split (kvspec's own code)."""
+    "sglang/srt/mem_cache/utils.py": '''"""kvspec stand-in: eviction-policy factory, hash split."""
 from sglang.srt.mem_cache import evict_policy as _p
 
 _FACTORIES = {

@@ -18,10 +18,10 @@ from typing import Protocol, Self, TypeVar
 from spec.infinilm.request import TERMINAL, InferenceRequest
 from spec.infinilm.scheduler import remote_reservation, running_reservation
 from spec.infinilm.snapshot import BlockManagerSnapshot, SchedulerSnapshot
+from spec.sglang.radix_cache import RadixSnapshot
 from spec.vllm import Key
 from spec.vllm.arc import ARCSnapshot
 from spec.vllm.kv_cache_manager import PrefixCacheSnapshot
-from spec.sglang.radix_cache import RadixSnapshot
 from spec.vllm.lru import LRUSnapshot
 from spec.vllm.offload_manager import OffloadManagerSnapshot
 
@@ -482,8 +482,7 @@ def evictable_plus_protected_is_tree_size(s: RadixSnapshot) -> Violation:
         return f"negative lock_ref at {negative}"
     if (s.evictable_size, s.protected_size) != (free, held):
         return (
-            f"evictable/protected {s.evictable_size}/{s.protected_size}, "
-            f"the tree has {free}/{held}"
+            f"evictable/protected {s.evictable_size}/{s.protected_size}, the tree has {free}/{held}"
         )
     return None
 

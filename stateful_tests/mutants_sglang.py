@@ -133,7 +133,7 @@ class NoUnderflowCheck(RadixCache):
                 if not n.children:
                     self.evictable_leaves.add(n)
             n.lock_ref -= 1
-            n = n.parent
+            n = n.parent  # type: ignore[assignment]  # below the root: never None
         return delta
 
 

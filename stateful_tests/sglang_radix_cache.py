@@ -169,7 +169,9 @@ class Driver:
         return list(self.spec_h.requests)
 
     def growable(self) -> list[str]:
-        return [rid for rid, r in self.spec_h.requests.items() if len(r.tokens) < self.config.max_len]
+        return [
+            rid for rid, r in self.spec_h.requests.items() if len(r.tokens) < self.config.max_len
+        ]
 
     def draw_prompt(self, c: Chooser) -> list[int]:
         """Lengths around page boundaries; often an earlier prompt's prefix extended."""
@@ -277,9 +279,7 @@ CHECKER = CheckerDef(
     options=("page_size",),
     episode_ops=150,
     examples=(
-        Example(1, steps=200, config={"size": 6, "page_size": 1, "vocab": 2, "max_requests": 3,
-                                      "max_len": 6}),  # fmt: skip
-        Example(2, steps=200, config={"size": 8, "page_size": 2, "vocab": 2, "max_requests": 3,
-                                      "max_len": 6}),  # fmt: skip
+        Example(1, steps=200, config={"size": 6, "page_size": 1, "max_requests": 3, "max_len": 6}),
+        Example(2, steps=200, config={"size": 8, "page_size": 2, "max_requests": 3, "max_len": 6}),
     ),
 )

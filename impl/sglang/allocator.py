@@ -72,7 +72,7 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
     def __init__(self, size: int, page_size: int) -> None:
         if page_size < 2:
             raise InvalidArgument(f"a paged allocator needs page_size >= 2, got {page_size}")
-        self.page_size = page_size  # type: ignore[misc]
+        self.page_size = page_size
         super().__init__(size)
 
     def alloc_extend(self, prefix_len: int, seq_len: int, last_loc: int) -> list[int] | None:
@@ -120,4 +120,3 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
         pages = [s // ps for s in reps]
         self._check(pages, reps)
         self._release(pages)
-

@@ -19,8 +19,15 @@ from spec.sglang.radix_cache import EVICTION_POLICIES, Path
 
 
 class TreeNode:
-    __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access_time",
-                 "creation_time")  # fmt: skip
+    __slots__ = (
+        "children",
+        "creation_time",
+        "key",
+        "last_access_time",
+        "lock_ref",
+        "parent",
+        "value",
+    )  # fmt: skip
 
     def __init__(self, parent: TreeNode | None, key: Path, value: list[int], t: int) -> None:
         self.children: dict[Path, TreeNode] = {}
@@ -182,7 +189,7 @@ class RadixCache:
                 if not n.children:
                     self.evictable_leaves.add(n)
             n.lock_ref -= 1
-            n = n.parent
+            n = n.parent  # type: ignore[assignment]  # below the root: never None
         return delta
 
     def evictable_size(self) -> int:

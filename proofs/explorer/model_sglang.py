@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 from proofs.explorer.search import Edge, Model, rejected
+from spec import invariants as inv
 from spec.sglang.radix_cache import RadixCache
 from stateful_tests import sglang_radix_cache as checker
 from stateful_tests.lockstep import Check, Outcome
 from stateful_tests.sglang_harness import Config, RadixHarness, read
-from spec import invariants as inv
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class RadixCacheModel(Model):
         b, g = self.b, gen
         out: list[Edge] = []
         add = out.append
-        cleared = g._replace(just_released=None)
+        cleared: Gen = g._replace(just_released=None)
 
         def keep(_gen: Gen, returned: Any) -> Gen:
             return cleared
@@ -192,7 +192,7 @@ def _decoded(gen: Gen, i: int, token: int) -> Callable[[Gen, Any], Gen]:
         if returned is None:
             return gen
         rid, tokens = gen.reqs[i]
-        return gen._replace(reqs=gen.reqs[:i] + ((rid, (*tokens, token)),) + gen.reqs[i + 1 :])
+        return gen._replace(reqs=(*gen.reqs[:i], (rid, (*tokens, token)), *gen.reqs[i + 1 :]))
 
     return then
 

@@ -137,7 +137,7 @@ class RadixCache:
     def _walk(self, key: Path, t: int) -> tuple[int, Path]:
         """Follow ``key`` down the tree, stamping every node on the way with ``t``; split the
         node the key leaves in the middle. Returns (matched tokens, last node's path)."""
-        pos, node = 0, ()
+        pos, node = 0, Path()
         while pos < len(key):
             child = self._child(key, pos)
             if child is None:
@@ -157,7 +157,7 @@ class RadixCache:
         key = self._aligned(key)
         if not key:
             return [], ()
-        matched, node = self._walk(key, self._tick())
+        _, node = self._walk(key, self._tick())
         return self.path_slots(node), node
 
     def insert(self, key: Sequence[int], value: Sequence[int]) -> int:
@@ -170,7 +170,7 @@ class RadixCache:
         if not key:
             return 0
         t = self._tick()
-        matched, node = self._walk(key, t)
+        matched, _ = self._walk(key, t)
         if matched < len(key):
             self.nodes[key] = Node(matched, value[matched:], 0, t + 2, t + 2)
         return matched
