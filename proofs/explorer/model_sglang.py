@@ -15,15 +15,18 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, NamedTuple
 
+from impl.sglang.radix_cache import RadixCache as ImplCache
+from impl.sglang.radix_cache import TreeNode
 from proofs.explorer.search import Edge, Model, rejected
 from spec import invariants as inv
 from spec.sglang.radix_cache import RadixCache
+from spec.sglang.radix_cache import RadixCache as SpecCache
 from stateful_tests import sglang_radix_cache as checker
 from stateful_tests.lockstep import Check, Outcome
-from stateful_tests.sglang_harness import Config, RadixHarness, read
+from stateful_tests.sglang_harness import Config, RadixHarness, Req, read
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ class RadixCacheModel(Model):
         ]
 
     def clone(self, obj: Any) -> Any:
-        return copy.deepcopy(obj)  # (upstream's eviction heap has no ties: set order is moot)
+        return clone_harness(obj)
 
     def initial(self) -> tuple[Any, Any, Any]:
         return (
@@ -173,6 +176,69 @@ class RadixCacheModel(Model):
             if problem:
                 return "no_live_eviction", problem
         return None
+
+
+# ----------------------------------------------------------------------------- exact clones
+def clone_harness(h: RadixHarness) -> RadixHarness:
+    """An exact copy of a harness around kvspec's own caches (spec or impl, planted bugs
+    included), built field by field; any other cache (upstream's) by ``copy.deepcopy``, whose
+    rebuilt sets may iterate in another order — harmless, since upstream's eviction heap never
+    meets a tie under kvspec's logical clock (docs/sglang.md §2.4)."""
+    c = h.c
+    if isinstance(c, SpecCache):
+        nodes: Any = None
+        new_c = _shallow(c)
+        new_c.nodes = {p: replace(n, value=n.value.copy()) for p, n in c.nodes.items()}
+    elif isinstance(c, ImplCache):
+        new_c = _shallow(c)
+        nodes = {id(c.root_node): _node_copy(c.root_node)}
+        stack = [c.root_node]
+        while stack:
+            old = stack.pop()
+            new = nodes[id(old)]
+            for key, child in old.children.items():
+                twin = nodes[id(child)] = _node_copy(child)
+                twin.parent = new
+                new.children[key] = twin
+                stack.append(child)
+        new_c.root_node = nodes[id(c.root_node)]
+        new_c.evictable_leaves = {nodes[id(n)] for n in c.evictable_leaves}
+    else:
+        return copy.deepcopy(h)
+    alloc = _shallow(c.token_to_kv_pool_allocator)
+    alloc.free_pages = alloc.free_pages.copy()
+    if hasattr(alloc, "_free"):
+        alloc._free = alloc._free.copy()
+    new_c.token_to_kv_pool_allocator = alloc
+
+    def handle(node: Any) -> Any:
+        return node if nodes is None else nodes.get(id(node), node)
+
+    out: RadixHarness = _shallow(h)
+    out.c, out.alloc = new_c, alloc
+    out.requests = {
+        rid: Req(r.tokens.copy(), r.row.copy(), r.protected, handle(r.node), r.freed.copy())
+        for rid, r in h.requests.items()
+    }
+    out.released = {rid: handle(n) for rid, n in h.released.items()}
+    return out
+
+
+def _shallow(obj: Any) -> Any:
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    return new
+
+
+def _node_copy(n: TreeNode) -> TreeNode:
+    new = object.__new__(type(n))
+    new.children, new.parent, new.key, new.value = {}, None, n.key, n.value.copy()
+    new.lock_ref, new.last_access_time, new.creation_time = (
+        n.lock_ref,
+        n.last_access_time,
+        n.creation_time,
+    )
+    return new
 
 
 def read_released(h: RadixHarness, rid: str) -> tuple[int, ...]:
