@@ -49,7 +49,9 @@ class RadixHarness:
 
     def __init__(self, cache_cls: Callable[..., Any], config: Config) -> None:
         self.config = config
-        self.c = cache_cls(config.size, page_size=config.page_size, eviction_policy=config.variant)
+        # the default policy is not passed: a class without the keyword is checked as ``lru``
+        policy = {} if config.variant == "lru" else {"eviction_policy": config.variant}
+        self.c = cache_cls(config.size, page_size=config.page_size, **policy)
         self.alloc = self.c.token_to_kv_pool_allocator
         self.requests: dict[str, Req] = {}
         # the request the last call finished -> the node it unlocked; any other call forgets it,
