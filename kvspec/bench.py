@@ -644,7 +644,11 @@ def run_suite(suite: str, *, quick: bool = False, rounds: int | None = None) -> 
 
 
 # the case fields a one-line summary names (default: every integer field but the PR's ratio)
-_SUMMARY_KEYS = {"arc": ("num_blocks", "evicted"), "lru": ("variant", "num_blocks", "evicted")}
+_SUMMARY_KEYS = {
+    "arc": ("num_blocks", "evicted"),
+    "lru": ("variant", "num_blocks", "evicted"),
+    "radix": ("scenario", "prompts"),
+}
 
 
 def summary_cell(suite: str, row: Row) -> str:
