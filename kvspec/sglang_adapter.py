@@ -125,6 +125,34 @@ def adapter_class() -> type:
         def free_segment(self, free_index: Sequence[int], start_pos: int) -> None:
             self.upstream.free_segment(tensor(free_index), start_pos=start_pos)
 
+    class RowPool:
+        """A one-row ``req_to_token`` pool: the request's row of slots, as upstream writes it."""
+
+        def __init__(self, row: Sequence[int]) -> None:
+            self.req_to_token = tensor(row).reshape(1, -1)
+
+        def write(self, index: Any, values: Any) -> None:
+            self.req_to_token[index] = values
+
+    class KvRecord:
+        """The request's KV record fields ``checkpoint`` reads (``req.kv``)."""
+
+        def __init__(self, protected: int) -> None:
+            self.req_pool_idx = 0
+            self.cache_protected_len = protected
+            self.cache_inserted_len = 0
+            self.swa_evict_floor = 0
+
+    class Request:
+        """The request fields ``RadixCache.checkpoint`` reads."""
+
+        def __init__(self, tokens: Sequence[int], protected: int, lock: Any, prompt_len: int):
+            self.full_untruncated_fill_ids = array("q", tokens)
+            self.origin_input_ids = list(tokens[:prompt_len])
+            self.kv = KvRecord(protected)
+            self.extra_key = self.cache_salt = self.priority = None
+            self.lock, self.last_node = lock, lock.node
+
     class SglangRadixCache:
         """SGLang's ``RadixCache`` over its allocator, with kvspec's plain API."""
 
@@ -165,6 +193,36 @@ def adapter_class() -> type:
 
         def evict(self, num_tokens: int) -> int:
             return int(self.tree.evict(base.EvictParams(num_tokens=num_tokens)).num_tokens_evicted)
+
+        def kvspec_checkpoint(
+            self, tokens: Sequence[int], row: Sequence[int], protected: int, node: Any, prompt: int
+        ) -> tuple[int, list[int], int, Any]:
+            """Upstream's ``checkpoint(req, up_to=len(tokens))`` on a request record holding the
+            lock on ``node``: (tokens already cached, the new row, ``cache_protected_len``, the
+            new locked node)."""
+            tree, found = self.tree, []
+            req = Request(tokens, protected, base.TreeLock(node, base.DecLockRefParams()), prompt)
+            tree.req_to_token_pool = pool = RowPool(row)
+            upstream_insert = tree.insert
+
+            def insert(params: Any) -> Any:  # the first insert's result: the cached length
+                result = upstream_insert(params)
+                found.append(int(result.prefix_len))
+                return result
+
+            tree.insert = insert
+            try:
+                tree.checkpoint(req, up_to=len(tokens))
+            finally:
+                del tree.insert
+                tree.req_to_token_pool = None
+            new_row = listed(pool.req_to_token[0]) or []
+            return (
+                (found[0] if found else 0),
+                new_row,
+                int(req.kv.cache_protected_len),
+                req.lock.node,
+            )
 
         def inc_lock_ref(self, node: Any) -> int:
             return int(self.tree.inc_lock_ref(node).delta)

@@ -9,12 +9,17 @@ write the row), ``decode`` (one more token and slot), ``checkpoint`` (insert, fr
 slots, re-match, repoint the row, move the lock), ``finish`` (checkpoint, free the row's tail,
 unlock) and ``abort`` (free, unlock). Raw calls with explicit arguments (``match``, ``evict``,
 ``free``, ``unlock_again``) change no request: the bad-input rules use them.
+
+A target may offer ``kvspec_checkpoint(tokens, row, protected, node, prompt_len)`` returning
+``(cached, row, protected, node)``: then ``checkpoint`` runs the target's own checkpoint code (for
+``--target sglang``, SGLang's ``RadixCache.checkpoint`` on a request record) instead of the
+harness's re-enactment of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from spec.sglang.radix_cache import RadixSnapshot, RequestRow, read_radix_cache
@@ -41,7 +46,7 @@ class Req:
     row: list[int]
     protected: int  # row[:protected] is tree-owned (cache_protected_len)
     node: Any  # the locked node's handle
-    freed: list[int] = field(default_factory=list)
+    prompt_len: int = 0  # len(origin_input_ids): the tokens before the first decoded one
 
 
 class RadixHarness:
@@ -94,7 +99,8 @@ class RadixHarness:
             self.c.dec_lock_ref(node)
             return None
         new = [int(s) for s in new]
-        self.requests[rid] = Req(list(tokens), [int(s) for s in slots] + new, prefix, node)
+        row = [int(s) for s in slots] + new
+        self.requests[rid] = Req(list(tokens), row, prefix, node, len(tokens))
         return {"prefix": prefix, "node": self._path(node), "new": new}
 
     def decode(self, rid: str, token: int) -> int | None:
@@ -115,15 +121,25 @@ class RadixHarness:
         return int(new[0])
 
     def checkpoint(self, rid: str) -> dict[str, Any]:
-        """Insert the request's page-aligned tokens with its slots; free the slots the tree
-        already had (its own copies of a prefix another request cached first); repoint the row
-        at the tree's slots and move the lock to the new last node."""
+        """SGLang's ``checkpoint``: insert the request's page-aligned tokens with its slots, then
+        its prompt's (a split at the prompt boundary); free the slots the tree already had (its
+        own copies of a prefix another request cached first); repoint the row at the tree's slots
+        and move the lock to the new last node."""
         self.released.clear()
-        r = self.requests[rid]
+        r, ps = self.requests[rid], self.config.page_size
+        own = getattr(self.c, "kvspec_checkpoint", None)
+        if own is not None:  # the target runs its own checkpoint code on the request's record
+            cached, r.row, r.protected, r.node = own(r.tokens, r.row, r.protected, r.node,
+                                                     r.prompt_len)  # fmt: skip
+            return {"cached": int(cached), "protected": r.protected}
         cached = int(self.c.insert(r.tokens, r.row))
+        # the prompt re-inserted: splits the new leaf at the prompt's last whole page, so that
+        # eviction can drop the decoded part alone (only the topology changes)
+        prompt = r.prompt_len // ps * ps
+        if 0 < prompt < len(r.tokens) // ps * ps:
+            self.c.insert(r.tokens[:prompt], r.row[:prompt])
         if cached > r.protected:
             self.alloc.free_segment(r.row[r.protected : cached], r.protected)
-        ps = self.config.page_size
         key = r.tokens[: len(r.tokens) // ps * ps]
         slots, node = self.c.match_prefix(key)
         r.row[r.protected : len(slots)] = [int(s) for s in slots[r.protected :]]
@@ -174,7 +190,9 @@ class RadixHarness:
 
 def read(h: RadixHarness) -> RadixSnapshot:
     rows = tuple(
-        RequestRow(rid, tuple(r.tokens), tuple(r.row), r.protected, h.c.node_path(r.node))
+        RequestRow(
+            rid, tuple(r.tokens), tuple(r.row), r.protected, h.c.node_path(r.node), r.prompt_len
+        )
         for rid, r in h.requests.items()
     )
     return read_radix_cache(h.c)._replace(requests=rows)

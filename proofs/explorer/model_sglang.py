@@ -217,7 +217,7 @@ def clone_harness(h: RadixHarness) -> RadixHarness:
     out: RadixHarness = _shallow(h)
     out.c, out.alloc = new_c, alloc
     out.requests = {
-        rid: Req(r.tokens.copy(), r.row.copy(), r.protected, handle(r.node), r.freed.copy())
+        rid: Req(r.tokens.copy(), r.row.copy(), r.protected, handle(r.node), r.prompt_len)
         for rid, r in h.requests.items()
     }
     out.released = {rid: handle(n) for rid, n in h.released.items()}

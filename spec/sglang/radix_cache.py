@@ -45,13 +45,15 @@ class NodeRow(NamedTuple):
 
 class RequestRow(NamedTuple):
     """A live request in a snapshot (the scheduler's side, filled in by the harness): its tokens,
-    its row of slots, the tree-owned prefix length and the path of the node it locks."""
+    its row of slots, the tree-owned prefix length, the path of the node it locks and its prompt's
+    length (the rest of its tokens were decoded)."""
 
     rid: str
     tokens: tuple[int, ...]
     row: tuple[int, ...]
     protected: int
     locked: Path | None
+    prompt_len: int = 0
 
 
 class RadixSnapshot(NamedTuple):
