@@ -150,6 +150,17 @@ def test_the_scheduler_harness_conserves_slots_through_a_request_life() -> None:
     assert h.admit("c", [7, 7, 7]) is None  # no room: b holds everything it needs
 
 
+def test_checkpoint_splits_the_leaf_at_the_prompt_boundary() -> None:
+    """SGLang re-inserts the prompt after the request's tokens: the decoded part becomes a leaf of
+    its own, evicted before the prompt."""
+    h = RadixHarness(RadixCache, Config(size=8, page_size=1))
+    h.admit("a", [1, 2, 3])
+    h.decode("a", 4)
+    h.finish("a")
+    assert [n.path for n in read(h).nodes] == [(1, 2, 3), (1, 2, 3, 4)]
+    assert h.evict(1) == 1 and [n.path for n in read(h).nodes] == [(1, 2, 3)]
+
+
 # ----------------------------------------------------------------------------- the checkers
 def test_check_fuzz_and_explore_pass_on_the_impl(capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = run_json(capsys, "check", NAME)
@@ -209,6 +220,19 @@ def test_real_sglang_passes_check_and_fuzz_on_well_formed_inputs(
     rc, doc = run_json(capsys, "explore", NAME, "--target", "sglang", "--variant", "lru",
                        "--requests", "1", "--pages", "2", "--inputs", "well-formed")  # fmt: skip
     assert rc == 0 and doc["complete"]
+
+
+def test_real_sglang_runs_its_own_checkpoint(release: Path) -> None:
+    from kvspec.sglang_adapter import SglangRadixCache
+
+    real = RadixHarness(SglangRadixCache, Config(size=8, page_size=2))
+    spec = RadixHarness(RadixCache, Config(size=8, page_size=2))
+    for h in (real, spec):
+        h.admit("a", [1, 2, 3])
+        h.decode("a", 4)
+        h.decode("a", 5)
+    assert real.checkpoint("a") == spec.checkpoint("a") == {"cached": 0, "protected": 4}
+    assert read(real) == read(spec) and [n.path for n in read(real).nodes] == [(1, 2), (1, 2, 3, 4)]
 
 
 def test_real_sglang_lock_underflow_leaves_lock_ref_minus_one(release: Path) -> None:
