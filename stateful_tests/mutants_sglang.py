@@ -77,18 +77,13 @@ class EvictsLockedParent(RadixCache):
     eviction ("Full-locked leaves stranded in the SWA LRU … assert cd.lock_ref == 0 fires")."""
 
     def evict(self, num_tokens: int) -> int:
-        saved = {n: n.lock_ref for n in self._locked_nodes()}
-        for n in saved:
-            n.lock_ref = 0  # every childless parent looks unlocked to the heap push
+        saved = [(n, n.lock_ref) for n in self._locked_nodes()]
+        for n, _ in saved:
+            n.lock_ref = 0  # the heap starts right; the childless-parent check now reads 0
         try:
-            self.evictable_leaves = {
-                n for n in self.evictable_leaves if n not in saved or not n.children
-            }
-            leaves = {n for n in self.evictable_leaves if saved.get(n, 0) == 0}
-            self.evictable_leaves = leaves
             return super().evict(num_tokens)
         finally:
-            for n, ref in saved.items():
+            for n, ref in saved:
                 n.lock_ref = ref
 
     def _locked_nodes(self) -> list[TreeNode]:
