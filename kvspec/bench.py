@@ -5,7 +5,8 @@ PR #579), ``capacity`` (an admission check on PR #576's capacity fixture), ``adm
 exact-reservation PR: legacy scan, exact-formula scan and incremental counter on one fixture), and
 ``arc`` / ``lru`` (vLLM's CPU offload manager: one batch ``prepare_store`` that evicts half of a full
 cache, vLLM PR #50992's fixture; spec and impl must return the same result or the bench raises),
-and ``prefix-cache`` (vLLM's GPU prefix cache, :mod:`kvspec.bench_prefix`).
+``prefix-cache`` (vLLM's GPU prefix cache, :mod:`kvspec.bench_prefix`) and ``radix``
+(SGLang's radix cache, :mod:`kvspec.bench_radix`).
 
 Ratios, not absolute times, are the result (``ratio = baseline / impl``): the machines here are
 shared and noisy, so both sides are measured in the same run, round by round, and the median of
@@ -27,6 +28,7 @@ from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.infinilm.scheduler import Scheduler as ImplScheduler
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplOffloadManager
 from kvspec.bench_prefix import bench_prefix_cache
+from kvspec.bench_radix import bench_radix
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.request import InferenceRequest, RequestStatus, SamplingParams
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
@@ -56,7 +58,17 @@ RECLAIM_PR = {
 }
 USABLE_CASES = [512, 8192, 32768]
 HASHES = [bytes([i + 1]) * 16 for i in range(3)]  # three repeating hashes: duplicate-hash pages
-SUITES = ("reclaim", "usable", "schedule", "capacity", "admission", "arc", "lru", "prefix-cache")
+SUITES = (
+    "reclaim",
+    "usable",
+    "schedule",
+    "capacity",
+    "admission",
+    "arc",
+    "lru",
+    "prefix-cache",
+    "radix",
+)
 
 # PR #579's fixture: (running, waiting). The PR measured these whole-schedule() ratios; kvspec's
 # goal is at least the PR's ratio and at least 1.0 (never slower than the scanning baseline).
@@ -619,6 +631,7 @@ BENCHES: dict[str, Callable[[int, bool], Iterator[Row]]] = {
     "prefix-cache": lambda rounds, quick: (
         Row(*row) for row in bench_prefix_cache(rounds, quick, _interleaved)
     ),
+    "radix": lambda rounds, quick: (Row(*row) for row in bench_radix(rounds, quick, _interleaved)),
 }
 
 
@@ -631,7 +644,11 @@ def run_suite(suite: str, *, quick: bool = False, rounds: int | None = None) -> 
 
 
 # the case fields a one-line summary names (default: every integer field but the PR's ratio)
-_SUMMARY_KEYS = {"arc": ("num_blocks", "evicted"), "lru": ("variant", "num_blocks", "evicted")}
+_SUMMARY_KEYS = {
+    "arc": ("num_blocks", "evicted"),
+    "lru": ("variant", "num_blocks", "evicted"),
+    "radix": ("scenario", "prompts"),
+}
 
 
 def summary_cell(suite: str, row: Row) -> str:

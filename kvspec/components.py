@@ -354,6 +354,16 @@ _VLLM_PREFIX_CACHE_API = (
     "take_events",
     "create_kv_cache_blocks",
 )
+_SGLANG_RADIX_API = (
+    "match_prefix",
+    "insert",
+    "evict",
+    "inc_lock_ref",
+    "dec_lock_ref",
+    "evictable_size",
+    "protected_size",
+    "node_path",
+)
 _VLLM_ADAPTER = "kvspec.vllm_adapter:VllmCPUOffloadingManager"
 _OFFLOAD_EXPLORER = ("proofs.explorer:OffloadModel", "proofs.explorer:OffloadBounds")
 
@@ -460,6 +470,26 @@ _BUILTIN: tuple[Component, ...] = (
         ),
         bench_suites=("prefix-cache",),
         verify=VerifyPlan(check_examples=25, fuzz_ops=(2_000, 20_000)),  # x 8 variants
+    ),
+    Component(
+        name="sglang-radix-cache",
+        summary="SGLang's RadixCache with its token/paged KV-slot allocators, driven as its "
+        "scheduler drives them (docs/sglang.md)",
+        spec="spec.sglang.radix_cache:RadixCache",
+        impl="impl.sglang.radix_cache:RadixCache",
+        required_api=_SGLANG_RADIX_API,
+        checker="stateful_tests.sglang_radix_cache:CHECKER",
+        variants=("lru", "fifo", "mru"),
+        variant_keyword="eviction_policy",
+        targets={"sglang": "kvspec.sglang_adapter:SglangRadixCache"},
+        mutants="stateful_tests.mutants_sglang:RADIX_CACHE_MUTANTS",
+        explorer=ExplorerPlan(
+            "proofs.explorer:RadixCacheModel",
+            "proofs.explorer:RadixCacheBounds",
+            {"requests": 1, "pages": 2},
+        ),
+        bench_suites=("radix",),
+        verify=VerifyPlan(check_examples=25, fuzz_ops=(3_000, 20_000)),  # x 3 variants
     ),
 )
 

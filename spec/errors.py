@@ -62,6 +62,15 @@ class OffloadStateError(KvspecError, AssertionError):
     """
 
 
+class LockRefUnderflow(KvspecError, AssertionError):
+    """A radix-tree lock released more often than it was taken (SGLang's ``dec_lock_ref`` has no
+    check: the node's ``lock_ref`` goes to -1 and it becomes evictable; docs/sglang.md §3)."""
+
+
+class UnknownNode(KvspecError, KeyError):
+    """A radix-tree node handle that is not (or no longer) in the tree."""
+
+
 # Builtin kinds, most specific first; a model's exception is compared with a target's by kind.
 _KINDS: tuple[type[BaseException], ...] = (
     KeyError,

@@ -18,6 +18,7 @@ from typing import Protocol, Self, TypeVar
 from spec.infinilm.request import TERMINAL, InferenceRequest
 from spec.infinilm.scheduler import remote_reservation, running_reservation
 from spec.infinilm.snapshot import BlockManagerSnapshot, SchedulerSnapshot
+from spec.sglang.radix_cache import RadixSnapshot
 from spec.vllm import Key
 from spec.vllm.arc import ARCSnapshot
 from spec.vllm.kv_cache_manager import PrefixCacheSnapshot
@@ -440,6 +441,105 @@ def gpu_no_live_eviction(
 # Every invariant name used anywhere (checkers' failures, SNAPSHOT_CHECKS, the mutant catalogue's
 # expected checks, proofs and explorer). Lockstep's outcome comparisons (``exception``,
 # ``return_value``, ``argument_mutation``, ``snapshot``) are comparisons, not invariants.
+# ----------------------------------------------------------------------------- SGLang radix cache
+# docs/sglang.md §6. Pages: slot // page_size (page size 1: the slot itself).
+def _radix_pages(s: RadixSnapshot, slots: Iterable[int]) -> list[int]:
+    return [x // s.page_size for x in slots]
+
+
+def _radix_tree_pages(s: RadixSnapshot) -> list[int]:
+    return [p for n in s.nodes for p in _radix_pages(s, n.value[:: s.page_size])]
+
+
+def radix_slot_conservation(s: RadixSnapshot) -> Violation:
+    """Slot conservation: the free list, the tree's nodes and the live requests' own row tails
+    (past their tree-owned prefix) hold every page ``1..num_pages`` exactly once."""
+    held = [*s.free_pages, *_radix_tree_pages(s)]
+    for r in s.requests:
+        held += sorted(set(_radix_pages(s, r.row[r.protected :])))
+    counts = Counter(held)
+    missing = sorted(set(range(1, s.num_pages + 1)) - set(counts))
+    twice = sorted(p for p, n in counts.items() if n > 1)
+    stray = sorted(p for p in counts if not 1 <= p <= s.num_pages)
+    if missing or twice or stray:
+        return f"pages lost {missing}, held twice {twice}, outside the pool {stray}"
+    return None
+
+
+def no_slot_free_and_cached(s: RadixSnapshot) -> Violation:
+    """No page is on the free list while a tree node holds it."""
+    both = sorted(set(s.free_pages) & set(_radix_tree_pages(s)))
+    return f"pages both free and cached: {both}" if both else None
+
+
+def evictable_plus_protected_is_tree_size(s: RadixSnapshot) -> Violation:
+    """``evictable_size`` counts the unlocked nodes' tokens, ``protected_size`` the locked ones';
+    no lock count is negative."""
+    free = sum(len(n.value) for n in s.nodes if n.lock_ref == 0)
+    held = sum(len(n.value) for n in s.nodes if n.lock_ref > 0)
+    negative = [list(n.path) for n in s.nodes if n.lock_ref < 0]
+    if negative:
+        return f"negative lock_ref at {negative}"
+    if (s.evictable_size, s.protected_size) != (free, held):
+        return (
+            f"evictable/protected {s.evictable_size}/{s.protected_size}, the tree has {free}/{held}"
+        )
+    return None
+
+
+def radix_lock_refs_match_holders(s: RadixSnapshot) -> Violation:
+    """Every node's ``lock_ref`` is the number of live requests whose locked node is it or lies
+    below it (a lock covers the whole path from the root)."""
+    for n in s.nodes:
+        holders = sum(
+            1 for r in s.requests if r.locked is not None and r.locked[: len(n.path)] == n.path
+        )
+        if n.lock_ref != holders:
+            return f"node {list(n.path)} has lock_ref {n.lock_ref}, {holders} live holders"
+    return None
+
+
+def radix_rows_match_tree(s: RadixSnapshot) -> Violation:
+    """A live request's tree-owned prefix is the path to its locked node: the same tokens and
+    the same slots."""
+    by_path = {n.path: n for n in s.nodes}
+    for r in s.requests:
+        if r.locked is None:
+            continue
+        slots: list[int] = []
+        path = r.locked
+        while path:
+            node = by_path.get(path)
+            if node is None:
+                return f"request {r.rid} locks {list(r.locked)}, not in the tree"
+            slots[:0] = node.value
+            path = path[: node.start]
+        if r.tokens[: len(r.locked)] != r.locked or tuple(slots) != r.row[: r.protected]:
+            return f"request {r.rid}'s prefix row {list(r.row[: r.protected])} is not its path"
+    return None
+
+
+def tree_page_aligned(s: RadixSnapshot) -> Violation:
+    """Every node starts and ends on a page boundary and holds whole pages (consecutive slots
+    from a page's first)."""
+    ps = s.page_size
+    for n in s.nodes:
+        v = n.value
+        if n.start % ps or len(v) % ps or len(v) != len(n.path) - n.start or not v:
+            return f"node {list(n.path)} (start {n.start}, {len(v)} slots) is not whole pages"
+        for i in range(0, len(v), ps):
+            if v[i] % ps or list(v[i : i + ps]) != list(range(v[i], v[i] + ps)):
+                return f"node {list(n.path)} holds a broken page {list(v[i : i + ps])}"
+    return None
+
+
+def radix_no_locked_eviction(before: RadixSnapshot, after: RadixSnapshot) -> Violation:
+    """No node locked before a call is gone after it."""
+    kept = {n.path for n in after.nodes}
+    lost = [list(n.path) for n in before.nodes if n.lock_ref > 0 and n.path not in kept]
+    return f"locked nodes evicted: {lost}" if lost else None
+
+
 INVARIANT_NAMES: tuple[str, ...] = (
     # block manager (InfiniLM), one snapshot
     "free_and_used_partition_pool",  # the free deque and the used set partition the pool
@@ -467,4 +567,8 @@ INVARIANT_NAMES: tuple[str, ...] = (
     "null_block_reserved",  # block 0 is never free, cached or held
     "cached_blocks_are_a_prefix",  # a request's blocks past its cached count carry no hash
     "block_hashes_match_content",  # a request's cached blocks carry its own prefix hashes
+    # SGLang radix cache (besides the shared names above)
+    "evictable_plus_protected_is_tree_size",  # the two size counters split the tree's tokens
+    "no_slot_free_and_cached",  # no page is both on the free list and in a tree node
+    "tree_page_aligned",  # node keys are whole pages; a node's slots are whole pages
 )

@@ -270,6 +270,7 @@ def test_verify_stage_passes_on_impl(monkeypatch: pytest.MonkeyPatch) -> None:
         "vllm-arc": {"capacity": 1, "keys": 2},
         "vllm-lru": {"capacity": 1, "keys": 2},
         "vllm-prefix-cache": {"blocks": 2, "requests": 1, "max_model_len": 2},
+        "sglang-radix-cache": {"pages": 1, "requests": 1, "prompt_tokens": 1, "max_len": 2},
     }
     for name, scope in tiny.items():
         comp = components.get(name)
@@ -279,6 +280,7 @@ def test_verify_stage_passes_on_impl(monkeypatch: pytest.MonkeyPatch) -> None:
     status, summary = cli_explore.verify_stage()
     assert status == "pass", summary
     assert "infinilm-block-manager" in summary and "vllm-lru" in summary
+    assert "sglang-radix-cache" in summary
 
 
 def test_explore_mutant_reports_a_kill_for_the_kill_matrix() -> None:

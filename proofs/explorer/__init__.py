@@ -17,7 +17,8 @@ The modules:
 * :mod:`~proofs.explorer.set_classes` — set tables up to behaviour: the classes of tables no
   sequence of set operations tells apart (the block manager's keys use them).
 * :mod:`~proofs.explorer.model_block_manager`, :mod:`~proofs.explorer.model_scheduler`,
-  :mod:`~proofs.explorer.model_offload`, :mod:`~proofs.explorer.model_prefix_cache` — the
+  :mod:`~proofs.explorer.model_offload`, :mod:`~proofs.explorer.model_prefix_cache`,
+  :mod:`~proofs.explorer.model_sglang` — the
   component models and their bounds.
 * :mod:`~proofs.explorer.entry` — what the commands call with a component's parts from the
   registry: :func:`make_bounds`, :func:`run` (one search per variant), :class:`Exploration`.
@@ -38,6 +39,7 @@ from proofs.explorer.model_block_manager import (
 from proofs.explorer.model_offload import OffloadBounds, OffloadModel
 from proofs.explorer.model_prefix_cache import PrefixCacheBounds, PrefixCacheModel
 from proofs.explorer.model_scheduler import SchedulerBounds, SchedulerModel
+from proofs.explorer.model_sglang import RadixCacheBounds, RadixCacheModel
 from proofs.explorer.search import (
     Edge,
     ExploreResult,
@@ -74,6 +76,8 @@ __all__ = [
     "PrefixCacheBounds",
     "PrefixCacheModel",
     "Progress",
+    "RadixCacheBounds",
+    "RadixCacheModel",
     "SchedulerBounds",
     "SchedulerModel",
     "Violation",

@@ -1,0 +1,255 @@
+"""``--target sglang``: SGLang's own ``RadixCache`` and KV-slot allocators behind kvspec's plain API.
+
+:data:`SglangRadixCache` builds, from kvspec's ``(size, page_size, eviction_policy)``, the installed
+release's ``TokenToKVPoolAllocator`` (page size 1) or ``PagedTokenToKVPoolAllocator`` and a
+``RadixCache(CacheInitParams(...))`` over it, and translates each plain call into upstream's:
+token lists into ``RadixKey``/``int64`` tensors and parameter objects, tensors back into lists.
+Node handles are upstream's own ``TreeNode`` objects. The snapshot reader reads the tree
+(``tree``) through upstream's attribute names (docs/sglang.md §7).
+
+Determinism: upstream stamps nodes with ``time.monotonic()``, and leaves whose stamps tie would be
+evicted in the iteration order of a set of node objects (by address). The adapter gives
+``radix_cache``'s module a logical clock in place of ``time``: every reading is one tick later, so
+no two stamps tie and a run is the same in every process.
+
+Releases: the version is read from the installed distribution's metadata (``kvspec_version``);
+0.5.x is supported, another release is a one-line ``TargetError``. Without SGLang installed, build
+a CPU import tree from the wheel with ``python -m kvspec.sglang_standins`` and put it on
+``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import itertools
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+from kvspec.targets import TargetError
+
+SUPPORTED = ("0.5.",)
+
+
+class LogicalClock:
+    """A stand-in for the ``time`` module inside ``radix_cache``: one tick per reading."""
+
+    def __init__(self) -> None:
+        self._ticks = itertools.count(1)
+
+    def monotonic(self) -> float:
+        return float(next(self._ticks))
+
+    def perf_counter(self) -> float:
+        return 0.0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LogicalClock:
+        return self  # shared by clones: later stamps stay later than every earlier one
+
+
+def installed_version() -> str:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise TargetError(
+            "--target sglang needs SGLang importable (or a CPU tree from "
+            "python -m kvspec.sglang_standins WHEEL DEST on PYTHONPATH)"
+        ) from None
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # not installed, or a failure deeper in SGLang's import chain
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise TargetError(f"--target sglang needs an importable {name} ({reason})") from exc
+
+
+def adapter_class() -> type:
+    version = installed_version()
+    if not version.startswith(SUPPORTED):
+        raise TargetError(f"SGLang {version} is not supported by --target sglang (0.5.x is)")
+    radix = _import("sglang.srt.mem_cache.radix_cache")
+    base = _import("sglang.srt.mem_cache.base_prefix_cache")
+    params_mod = _import("sglang.srt.mem_cache.cache_init_params")
+    alloc_mod = _import("sglang.srt.mem_cache.allocator")
+    torch = importlib.import_module("torch")
+    clock = LogicalClock()
+    radix.time = clock  # the module reads time.monotonic() at call time
+
+    def tensor(values: Sequence[int]) -> Any:
+        return torch.tensor(list(values), dtype=torch.int64)
+
+    def listed(out: Any) -> list[int] | None:
+        return None if out is None else [int(x) for x in out.tolist()]
+
+    class AllocatorView:
+        """Upstream's allocator with list arguments and results."""
+
+        def __init__(self, upstream: Any) -> None:
+            self.upstream = upstream
+            self.page_size = int(upstream.page_size)
+            self.size = int(upstream.size)
+
+        @property
+        def free_pages(self) -> Any:
+            return self.upstream.free_pages
+
+        def available_size(self) -> int:
+            return int(self.upstream.available_size())
+
+        def alloc(self, need_size: int) -> list[int] | None:
+            return listed(self.upstream.alloc(need_size))
+
+        def alloc_extend(self, prefix_len: int, seq_len: int, last_loc: int) -> list[int] | None:
+            prefix, seq = tensor([prefix_len]), tensor([seq_len])
+            return listed(
+                self.upstream.alloc_extend(
+                    prefix,
+                    prefix.clone(),
+                    seq,
+                    seq.clone(),
+                    tensor([last_loc]),
+                    seq_len - prefix_len,
+                )
+            )
+
+        def alloc_decode(self, seq_len: int, last_loc: int) -> list[int] | None:
+            seq = tensor([seq_len])
+            return listed(self.upstream.alloc_decode(seq, seq.clone(), tensor([last_loc])))
+
+        def free(self, free_index: Sequence[int]) -> None:
+            self.upstream.free(tensor(free_index))
+
+        def free_segment(self, free_index: Sequence[int], start_pos: int) -> None:
+            self.upstream.free_segment(tensor(free_index), start_pos=start_pos)
+
+    class RowPool:
+        """A one-row ``req_to_token`` pool: the request's row of slots, as upstream writes it."""
+
+        def __init__(self, row: Sequence[int]) -> None:
+            self.req_to_token = tensor(row).reshape(1, -1)
+
+        def write(self, index: Any, values: Any) -> None:
+            self.req_to_token[index] = values
+
+    class KvRecord:
+        """The request's KV record fields ``checkpoint`` reads (``req.kv``)."""
+
+        def __init__(self, protected: int) -> None:
+            self.req_pool_idx = 0
+            self.cache_protected_len = protected
+            self.cache_inserted_len = 0
+            self.swa_evict_floor = 0
+
+    class Request:
+        """The request fields ``RadixCache.checkpoint`` reads."""
+
+        def __init__(self, tokens: Sequence[int], protected: int, lock: Any, prompt_len: int):
+            self.full_untruncated_fill_ids = array("q", tokens)
+            self.origin_input_ids = list(tokens[:prompt_len])
+            self.kv = KvRecord(protected)
+            self.extra_key = self.cache_salt = self.priority = None
+            self.lock, self.last_node = lock, lock.node
+
+    class SglangRadixCache:
+        """SGLang's ``RadixCache`` over its allocator, with kvspec's plain API."""
+
+        kvspec_version = version
+
+        def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
+            if page_size == 1:
+                upstream = alloc_mod.TokenToKVPoolAllocator(size, torch.int64, "cpu", None, False)
+            else:
+                upstream = alloc_mod.PagedTokenToKVPoolAllocator(
+                    size, page_size, torch.int64, "cpu", None, False
+                )
+            self.token_to_kv_pool_allocator = AllocatorView(upstream)
+            self.page_size = page_size
+            self.tree = radix.RadixCache(
+                params_mod.CacheInitParams(
+                    disable=False,
+                    req_to_token_pool=None,
+                    token_to_kv_pool_allocator=upstream,
+                    page_size=page_size,
+                    eviction_policy=eviction_policy,
+                )
+            )
+
+        @staticmethod
+        def _key(tokens: Sequence[int]) -> Any:
+            return radix.RadixKey(array("q", tokens))
+
+        def match_prefix(self, key: Sequence[int]) -> tuple[list[int], Any]:
+            found = self.tree.match_prefix(base.MatchPrefixParams(key=self._key(key)))
+            node = found.last_device_node
+            slots = listed(self.tree.path_device_indices(node)) or []
+            return slots[: found.device_prefix_len], node
+
+        def insert(self, key: Sequence[int], value: Sequence[int]) -> int:
+            params = base.InsertParams(key=self._key(key), value=tensor(value))
+            return int(self.tree.insert(params).prefix_len)
+
+        def evict(self, num_tokens: int) -> int:
+            return int(self.tree.evict(base.EvictParams(num_tokens=num_tokens)).num_tokens_evicted)
+
+        def kvspec_checkpoint(
+            self, tokens: Sequence[int], row: Sequence[int], protected: int, node: Any, prompt: int
+        ) -> tuple[int, list[int], int, Any]:
+            """Upstream's ``checkpoint(req, up_to=len(tokens))`` on a request record holding the
+            lock on ``node``: (tokens already cached, the new row, ``cache_protected_len``, the
+            new locked node)."""
+            tree, found = self.tree, []
+            req = Request(tokens, protected, base.TreeLock(node, base.DecLockRefParams()), prompt)
+            tree.req_to_token_pool = pool = RowPool(row)
+            upstream_insert = tree.insert
+
+            def insert(params: Any) -> Any:  # the first insert's result: the cached length
+                result = upstream_insert(params)
+                found.append(int(result.prefix_len))
+                return result
+
+            tree.insert = insert
+            try:
+                tree.checkpoint(req, up_to=len(tokens))
+            finally:
+                del tree.insert
+                tree.req_to_token_pool = None
+            new_row = listed(pool.req_to_token[0]) or []
+            return (
+                (found[0] if found else 0),
+                new_row,
+                int(req.kv.cache_protected_len),
+                req.lock.node,
+            )
+
+        def inc_lock_ref(self, node: Any) -> int:
+            return int(self.tree.inc_lock_ref(node).delta)
+
+        def dec_lock_ref(self, node: Any) -> int:
+            return int(self.tree.dec_lock_ref(node).delta)
+
+        def evictable_size(self) -> int:
+            return int(self.tree.evictable_size())
+
+        def protected_size(self) -> int:
+            return int(self.tree.protected_size())
+
+        def node_path(self, node: Any) -> tuple[int, ...]:
+            parts = []
+            while node.parent is not None:
+                parts.append(tuple(int(t) for t in node.key.token_ids))
+                node = node.parent
+            return tuple(t for part in reversed(parts) for t in part)
+
+    SglangRadixCache.__qualname__ = f"SglangRadixCache[sglang {version}]"
+    return SglangRadixCache
+
+
+def __getattr__(name: str) -> Any:
+    """``kvspec.sglang_adapter:SglangRadixCache`` (the target loader's ``sglang`` name) imports
+    SGLang only when asked for, raising ``TargetError`` — not ``AttributeError`` — when it cannot."""
+    if name == "SglangRadixCache":
+        return adapter_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,282 @@
+"""Build a CPU-only import tree of SGLang's radix cache and KV allocators from a release wheel.
+
+``python -m kvspec.sglang_standins WHEEL DEST`` copies the upstream files kvspec checks — verbatim,
+at run time, from the wheel you downloaded (``pip download sglang==0.5.23 --no-deps``) — into
+``DEST/sglang/…`` and writes small import stand-ins of kvspec's own for everything else they
+import (triton kernels, platform flags, metrics, KV events, runtime context, …), so that with
+``PYTHONPATH=DEST`` the release's real ``RadixCache`` and allocators import with CPU torch only.
+``kvspec … --target sglang`` then checks them (docs/sglang.md §7). Nothing of upstream is ever part
+of kvspec: the tree is written to ``DEST`` only.
+
+The stand-ins provide only the names the copied modules use at import time or on the paths kvspec
+drives (no KV events, no metrics, no triton); a name they lack fails loudly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+# Upstream files copied verbatim.
+VERBATIM: tuple[str, ...] = (
+    "sglang/srt/mem_cache/radix_cache.py",
+    "sglang/srt/mem_cache/base_prefix_cache.py",
+    "sglang/srt/mem_cache/evict_policy.py",
+    "sglang/srt/mem_cache/cache_init_params.py",
+    "sglang/srt/mem_cache/allocator/__init__.py",
+    "sglang/srt/mem_cache/allocator/base.py",
+    "sglang/srt/mem_cache/allocator/token.py",
+    "sglang/srt/mem_cache/allocator/paged.py",
+    "sglang/srt/mem_cache/unified_cache/component_type.py",
+)
+
+_PACKAGES = (
+    "sglang",
+    "sglang/srt",
+    "sglang/srt/mem_cache",
+    "sglang/srt/mem_cache/unified_cache",
+    "sglang/srt/observability",
+    "sglang/kernels",
+    "sglang/kernels/ops",
+    "sglang/kernels/ops/memory",
+)
+
+STANDINS: dict[str, str] = {
+    "sglang/srt/utils/__init__.py": '''"""kvspec stand-in: the helpers the allocators import."""
+import os
+
+from sglang.srt.utils.common import ceil_align, get_num_new_pages
+
+
+def get_bool_env_var(name, default="false"):
+    return os.environ.get(name, default).lower() in ("true", "1")
+
+
+def is_hip():
+    return False
+
+
+def next_power_of_2(n):
+    return 1 << (max(int(n), 1) - 1).bit_length()
+''',
+    "sglang/srt/utils/common.py": '''"""kvspec stand-in: page arithmetic (kvspec's own code)."""
+
+
+def ceil_align(x, a):
+    return -(-x // a) * a
+
+
+def get_num_new_pages(seq_lens, page_size, prefix_lens=None, decode=False):
+    """Pages a batch needs: ceil(seq/ps) - ceil(prefix/ps) summed; decode: seqs at a page's
+    first position."""
+    if prefix_lens is None or decode:
+        return int((seq_lens % page_size == 1).sum().item())
+    after = (seq_lens + page_size - 1) // page_size
+    before = (prefix_lens + page_size - 1) // page_size
+    return int((after - before).sum().item())
+''',
+    "sglang/srt/platforms/__init__.py": '''"""kvspec stand-in: a CPU platform without triton."""
+
+
+class _Capabilities:
+    supports_triton = False
+
+
+class _Platform:
+    capabilities = _Capabilities()
+
+
+current_platform = _Platform()
+''',
+    "sglang/kernels/ops/memory/allocator.py": '''"""kvspec stand-in: triton kernels (unused on CPU)."""
+
+
+def _not_here(*args, **kwargs):
+    raise RuntimeError("kvspec's CPU stand-ins have no triton kernels")
+
+
+class _Kernel:
+    def __getitem__(self, grid):
+        return _not_here
+
+
+alloc_extend_kernel = alloc_decode_kernel = _Kernel()
+''',
+    "sglang/srt/mem_cache/memory_pool.py": '''"""kvspec stand-in: pool types (kvspec keeps its rows)."""
+
+
+class ReqToTokenPool:
+    pass
+
+
+class KVCache:
+    pass
+''',
+    "sglang/srt/mem_cache/events.py": '''"""kvspec stand-in: KV-cache events, off."""
+
+
+class LoRANameTable:
+    pass
+
+
+class KvEventLoraNames(LoRANameTable):
+    pass
+
+
+class KVCacheEventRecorder:
+    def __init__(self, enabled=False, **kwargs):
+        if enabled:
+            raise RuntimeError("kvspec's stand-in records no KV events")
+
+    def record_all_cleared(self, *args, **kwargs):
+        pass
+
+    def record_store(self, *args, **kwargs):
+        pass
+
+    def record_remove(self, *args, **kwargs):
+        pass
+
+    def take_events(self):
+        return []
+''',
+    "sglang/srt/mem_cache/utils.py": '''"""kvspec stand-in: eviction-policy factory, hash split."""
+from sglang.srt.mem_cache import evict_policy as _p
+
+_FACTORIES = {
+    "lru": _p.LRUStrategy,
+    "lfu": _p.LFUStrategy,
+    "fifo": _p.FIFOStrategy,
+    "mru": _p.MRUStrategy,
+    "filo": _p.FILOStrategy,
+    "priority": _p.PriorityStrategy,
+}
+
+
+def get_eviction_strategy(eviction_policy, config=None):
+    try:
+        factory = _FACTORIES[eviction_policy.lower()]
+    except KeyError:
+        raise ValueError(f"Unknown eviction policy: {eviction_policy}") from None
+    return factory(**config) if config else factory()
+
+
+def split_node_hash_value(child_hash_value, split_len, page_size):
+    if child_hash_value is None:
+        return None, None
+    n = split_len // page_size
+    return child_hash_value[:n], child_hash_value[n:]
+''',
+    "sglang/srt/observability/metrics_collector.py": '''"""kvspec stand-in: metrics, off."""
+STAT_LOGGER_ROLE_RADIX_CACHE = "radix_cache"
+
+
+class RadixCacheMetricsCollector:
+    pass
+
+
+def radix_cache_metric_labels(*args, **kwargs):
+    return {}
+
+
+def resolve_collector_class(cls, *args, **kwargs):
+    return cls
+''',
+    "sglang/srt/runtime_context.py": '''"""kvspec stand-in: the runtime context (one process, no metrics)."""
+
+
+class _Context:
+    extra_metric_labels = None
+    speculative_algorithm = None
+    strip_thinking_cache = False
+
+
+def get_observability():
+    return _Context()
+
+
+def get_parallel():
+    return _Context()
+
+
+def get_serving():
+    return _Context()
+
+
+def get_spec():
+    return _Context()
+''',
+}
+
+
+def _open(source: Path) -> dict[str, bytes]:
+    """The files of a wheel (zip) or of an unpacked tree, by relative path."""
+    if source.is_dir():
+        found = {str(p.relative_to(source)): p for p in source.rglob("*.py")}
+        found |= {str(p.relative_to(source)): p for p in source.glob("*.dist-info/METADATA")}
+        return {n: p.read_bytes() for n, p in found.items() if n in VERBATIM or "dist-info" in n}
+    with zipfile.ZipFile(source) as wheel:
+        wanted = [n for n in wheel.namelist() if n in VERBATIM or n.endswith(".dist-info/METADATA")]
+        return {n: wheel.read(n) for n in wanted}
+
+
+def version_of(files: dict[str, bytes]) -> str:
+    for name, data in files.items():
+        if name.endswith(".dist-info/METADATA"):
+            found = re.search(rb"^Version: (\S+)", data, re.M)
+            if found:
+                return found.group(1).decode()
+    raise ValueError("no sglang-*.dist-info/METADATA in the source: cannot tell the release")
+
+
+def build(source: Path, dest: Path) -> list[str]:
+    """Write the tree; the upstream files copied (relative paths)."""
+    files = _open(source)
+    version = version_of(files)
+    missing = [rel for rel in VERBATIM if rel not in files]
+    if missing:
+        raise ValueError(f"the release lacks {', '.join(missing)}")
+    shutil.rmtree(dest / "sglang", ignore_errors=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    for package in _PACKAGES:
+        (dest / package).mkdir(parents=True, exist_ok=True)
+        (dest / package / "__init__.py").write_text('"""kvspec stand-in package."""\n')
+    for rel, text in STANDINS.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+    for rel in VERBATIM:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes(files[rel])
+    (dest / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
+    for old in dest.glob("sglang-*.dist-info"):
+        shutil.rmtree(old)
+    info = dest / f"sglang-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    return list(VERBATIM)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kvspec.sglang_standins",
+        description="Build a CPU-only import tree of SGLang's radix cache from a release wheel.",
+    )
+    parser.add_argument("source", type=Path, help="sglang-X.Y.Z-*.whl, or an unpacked wheel")
+    parser.add_argument("dest", type=Path, help="directory to write (use it as PYTHONPATH)")
+    args = parser.parse_args(argv)
+    try:
+        copied = build(args.source, args.dest)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        print(f"kvspec.sglang_standins: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.dest}: {len(copied)} upstream files, {len(STANDINS)} stand-ins")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

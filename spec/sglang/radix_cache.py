@@ -1,0 +1,298 @@
+"""SGLang's ``RadixCache`` as a dict of token paths (docs/sglang.md §2–§4).
+
+The tree is kept as ``{path: Node}``: ``path`` is every token from the root to a node's end, and
+``node.start`` says where the node's own tokens begin, so the parent of ``path`` is the node whose
+path is ``path[:start]`` (``()`` is the root). No parent or child pointers: every question (the
+children of a node, the leaves, a lookup) is a scan over the dict, which is slow and obviously
+right. A node handle is its path; a split keeps the lower half's path, so a request's lock handle
+survives later splits.
+
+Clock (§2.4): every call that touches access times takes a fresh base ``T``; the nodes on its path
+get ``T``, the upper half of a split ``T+1`` and a new leaf ``T+2``; creation times likewise. Only
+the order of the times is observable (eviction order); the snapshot carries their dense ranks.
+
+The plain API is upstream's method names with plain values in place of upstream's parameter
+objects and tensors (``match_prefix(key)`` for ``match_prefix(MatchPrefixParams(RadixKey(key)))``);
+``kvspec.sglang_adapter`` translates for the real class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from spec.errors import InvalidArgument, LockRefUnderflow, UnknownNode
+from spec.sglang.allocator import TokenToKVPoolAllocator, make_allocator
+
+Path = tuple[int, ...]
+
+EVICTION_POLICIES = ("lru", "fifo", "mru")
+"""The named variants: which leaf ``evict`` frees first (§4.2)."""
+
+
+class NodeRow(NamedTuple):
+    """One tree node in a snapshot: its path, where its tokens start, its slots, its lock count
+    and the dense ranks of its access and creation times among the tree's nodes."""
+
+    path: Path
+    start: int
+    value: tuple[int, ...]
+    lock_ref: int
+    access_rank: int
+    created_rank: int
+
+
+class RequestRow(NamedTuple):
+    """A live request in a snapshot (the scheduler's side, filled in by the harness): its tokens,
+    its row of slots, the tree-owned prefix length, the path of the node it locks and its prompt's
+    length (the rest of its tokens were decoded)."""
+
+    rid: str
+    tokens: tuple[int, ...]
+    row: tuple[int, ...]
+    protected: int
+    locked: Path | None
+    prompt_len: int = 0
+
+
+class RadixSnapshot(NamedTuple):
+    """Everything observable of a cache, its allocator and (from a harness) its requests."""
+
+    page_size: int
+    num_pages: int
+    free_pages: tuple[int, ...]
+    nodes: tuple[NodeRow, ...]
+    evictable_size: int
+    protected_size: int
+    requests: tuple[RequestRow, ...] = ()
+
+    def differing_fields(self, other: RadixSnapshot) -> list[str]:
+        return [f for f, a, b in zip(self._fields, self, other, strict=True) if a != b]
+
+
+@dataclass
+class Node:
+    start: int
+    value: list[int]
+    lock_ref: int
+    last_access_time: int
+    creation_time: int
+
+
+class RadixCache:
+    """The radix prefix cache over its own allocator (SGLang ``RadixCache`` + allocator)."""
+
+    def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
+        if eviction_policy not in EVICTION_POLICIES:
+            raise InvalidArgument(f"unknown eviction policy {eviction_policy!r}")
+        self.page_size = page_size
+        self.eviction_policy = eviction_policy
+        self.token_to_kv_pool_allocator: TokenToKVPoolAllocator = make_allocator(size, page_size)
+        self.nodes: dict[Path, Node] = {}
+        self.clock = 0
+
+    # ------------------------------------------------------------------ reading the tree
+    def _aligned(self, key: Sequence[int]) -> Path:
+        return tuple(key[: len(key) // self.page_size * self.page_size])
+
+    def _child(self, key: Path, pos: int) -> Path | None:
+        """The child at ``pos`` whose first page is ``key[pos:pos+page_size]`` (parents agree
+        because paths do)."""
+        head = key[: pos + self.page_size]
+        for path, node in self.nodes.items():
+            if node.start == pos and path[: pos + self.page_size] == head:
+                return path
+        return None
+
+    def children(self, path: Path) -> list[Path]:
+        return [p for p, n in self.nodes.items() if n.start == len(path) and p[: len(path)] == path]
+
+    def _ancestry(self, path: Path) -> list[Path]:
+        """``path`` and its ancestors up to (without) the root."""
+        out = []
+        while path:
+            out.append(path)
+            path = path[: self.nodes[path].start]
+        return out
+
+    def _tick(self) -> int:
+        self.clock += 3
+        return self.clock
+
+    def _split(self, path: Path, at: int, t: int) -> Path:
+        """Split node ``path`` so that a node ends at token ``at``; the new upper node takes the
+        lock count, time ``t`` (§2.3)."""
+        low = self.nodes[path]
+        cut = at - low.start
+        upper = Node(low.start, low.value[:cut], low.lock_ref, t, t)
+        low.start, low.value = at, low.value[cut:]
+        self.nodes[path[:at]] = upper
+        return path[:at]
+
+    def _common(self, a: Path, b: Path) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n // self.page_size * self.page_size
+
+    def _walk(self, key: Path, t: int) -> tuple[int, Path]:
+        """Follow ``key`` down the tree, stamping every node on the way with ``t``; split the
+        node the key leaves in the middle. Returns (matched tokens, last node's path)."""
+        pos, node = 0, Path()
+        while pos < len(key):
+            child = self._child(key, pos)
+            if child is None:
+                break
+            self.nodes[child].last_access_time = t
+            end = self._common(child, key)
+            if end < len(child):
+                return end, self._split(child, end, t + 1)
+            pos, node = len(child), child
+        return pos, node
+
+    # ------------------------------------------------------------------ the API
+    def match_prefix(self, key: Sequence[int]) -> tuple[list[int], Path]:
+        """The longest cached page-aligned prefix of ``key``: its slots and the last node.
+        Post: the nodes on the path are the most recently used; a match ending inside a node
+        splits it (§2.2). An empty (aligned) key touches nothing."""
+        key = self._aligned(key)
+        if not key:
+            return [], ()
+        _, node = self._walk(key, self._tick())
+        return self.path_slots(node), node
+
+    def insert(self, key: Sequence[int], value: Sequence[int]) -> int:
+        """Cache ``key`` (page-aligned) with ``value``'s slots; the part already cached keeps its
+        slots (the caller frees its own duplicates). Returns the length already cached (§2.3)."""
+        key = self._aligned(key)
+        value = list(value[: len(key)])
+        if len(value) < len(key):
+            raise InvalidArgument(f"{len(value)} slots for a key of {len(key)} tokens")
+        if not key:
+            return 0
+        t = self._tick()
+        matched, _ = self._walk(key, t)
+        if matched < len(key):
+            self.nodes[key] = Node(matched, value[matched:], 0, t + 2, t + 2)
+        return matched
+
+    def evict(self, num_tokens: int) -> int:
+        """Free unlocked leaves, first by the policy's order, until ``num_tokens`` slots are freed
+        or none is left; a whole leaf goes at once (it can overshoot) and a parent left childless
+        and unlocked becomes a candidate. Returns the slots freed (§4)."""
+        evicted = 0
+        while evicted < num_tokens:
+            leaves = [p for p, n in self.nodes.items() if n.lock_ref == 0 and not self.children(p)]
+            if not leaves:
+                break
+            victim = min(leaves, key=self._priority)
+            node = self.nodes.pop(victim)
+            self.token_to_kv_pool_allocator.free_segment(node.value, 0)
+            evicted += len(node.value)
+        return evicted
+
+    def _priority(self, path: Path) -> int:
+        n = self.nodes[path]
+        if self.eviction_policy == "fifo":
+            return n.creation_time
+        return -n.last_access_time if self.eviction_policy == "mru" else n.last_access_time
+
+    def inc_lock_ref(self, node: Path) -> int:
+        """Lock ``node`` and its ancestors (one more holder each). Returns the change of the
+        evictable size (minus the tokens of the nodes that went 0 -> 1) (§3)."""
+        self._known(node)
+        delta = 0
+        for path in self._ancestry(node):
+            n = self.nodes[path]
+            if n.lock_ref == 0:
+                delta -= len(n.value)
+            n.lock_ref += 1
+        return delta
+
+    def dec_lock_ref(self, node: Path) -> int:
+        """Pre: every node on the path is locked (``LockRefUnderflow``, nothing changes; upstream
+        does not check, §3.2). Post: one holder fewer each; returns the evictable-size change."""
+        self._known(node)
+        for path in self._ancestry(node):
+            if self.nodes[path].lock_ref < 1:
+                raise LockRefUnderflow(f"node {list(path)} is not locked")
+        delta = 0
+        for path in self._ancestry(node):
+            n = self.nodes[path]
+            if n.lock_ref == 1:
+                delta += len(n.value)
+            n.lock_ref -= 1
+        return delta
+
+    def _known(self, node: Path) -> None:
+        if node and node not in self.nodes:
+            raise UnknownNode(f"no node {list(node)} in the tree")
+
+    def evictable_size(self) -> int:
+        return sum(len(n.value) for n in self.nodes.values() if n.lock_ref == 0)
+
+    def protected_size(self) -> int:
+        return sum(len(n.value) for n in self.nodes.values() if n.lock_ref > 0)
+
+    def total_size(self) -> int:
+        return sum(len(n.value) for n in self.nodes.values())
+
+    def path_slots(self, node: Path) -> list[int]:
+        """The slots from the root to ``node``'s end."""
+        return [s for p in reversed(self._ancestry(node)) for s in self.nodes[p].value]
+
+    def node_path(self, node: Path) -> Path:
+        return node
+
+    def snapshot(self) -> RadixSnapshot:
+        return read_radix_cache(self)
+
+
+def dense_ranks(values: Sequence[Any]) -> list[int]:
+    order = {v: i for i, v in enumerate(sorted(set(values)))}
+    return [order[v] for v in values]
+
+
+def _tokens(key: Any) -> tuple[int, ...]:
+    """A node key as a tuple: upstream's ``RadixKey`` (``token_ids``) or a plain sequence."""
+    return tuple(int(t) for t in getattr(key, "token_ids", key))
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in (value.tolist() if hasattr(value, "tolist") else value))
+
+
+def read_radix_cache(cache: Any) -> RadixSnapshot:
+    """The snapshot of the spec (its dict) or of any tree of upstream's shape: ``root_node``,
+    nodes with ``children``, ``key``, ``value``, ``lock_ref``, ``last_access_time``,
+    ``creation_time``; ``evictable_size()``/``protected_size()``; the allocator's
+    ``free_pages`` (and ``page_size``/``size``)."""
+    tree = getattr(cache, "tree", cache)  # the adapter keeps upstream's cache as ``tree``
+    alloc = cache.token_to_kv_pool_allocator
+    rows: list[tuple[Path, int, tuple[int, ...], int, Any, Any]] = []
+    if isinstance(tree, RadixCache):
+        for path, n in tree.nodes.items():
+            rows.append((path, n.start, tuple(n.value), n.lock_ref, n.last_access_time,
+                         n.creation_time))  # fmt: skip
+    else:
+        stack: list[tuple[Path, Any]] = [((), tree.root_node)]
+        while stack:
+            prefix, node = stack.pop()
+            for child in node.children.values():
+                path = prefix + _tokens(child.key)
+                rows.append((path, len(prefix), _ints(child.value), int(child.lock_ref),
+                             child.last_access_time, child.creation_time))  # fmt: skip
+                stack.append((path, child))
+    access = dense_ranks([r[4] for r in rows])
+    created = dense_ranks([r[5] for r in rows])
+    nodes = sorted(NodeRow(*r[:4], a, c) for r, a, c in zip(rows, access, created, strict=True))
+    ps = int(alloc.page_size)
+    return RadixSnapshot(
+        page_size=ps,
+        num_pages=int(alloc.size) // ps,
+        free_pages=_ints(alloc.free_pages),
+        nodes=tuple(nodes),
+        evictable_size=int(tree.evictable_size()),
+        protected_size=int(tree.protected_size()),
+    )
