@@ -23,7 +23,7 @@ from spec.sglang.radix_cache import RadixCache, read_radix_cache
 from stateful_tests.sglang_harness import Config, RadixHarness, read
 
 NAME = "sglang-radix-cache"
-CACHES = [RadixCache, ImplCache]
+CACHES = [pytest.param(RadixCache, id="spec"), pytest.param(ImplCache, id="impl")]
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
@@ -126,7 +126,7 @@ def test_locks_cover_the_path_and_block_eviction(cls: type) -> None:
 )
 def test_eviction_policies_are_named_variants(policy: str, kept: list[tuple[int, ...]]) -> None:
     """Leaves 1 then 2 are cached, then one is matched (used again): which one survives."""
-    for cls in CACHES:
+    for cls in (RadixCache, ImplCache):
         for used, survivor in zip(([1], [2]), kept, strict=True):
             c = cls(8, eviction_policy=policy)
             cached(c, [1])

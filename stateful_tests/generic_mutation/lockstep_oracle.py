@@ -65,3 +65,15 @@ def test_prefix_cache_lockstep(variant: str, seed: int) -> None:
         KVCacheManager, "impl", _ops(6_000), seed, variant=variant
     )
     assert result.passed, result.failure
+
+
+@pytest.mark.parametrize("variant", ["lru", "fifo", "mru"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_radix_cache_lockstep(variant: str, seed: int) -> None:
+    from impl.sglang.radix_cache import RadixCache
+    from kvspec import components
+
+    result = components.get("sglang-radix-cache").fuzz(
+        RadixCache, "impl", _ops(6_000), seed, variant=variant
+    )
+    assert result.passed, result.failure
