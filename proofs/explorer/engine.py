@@ -17,6 +17,10 @@ object paired with it, identified by :meth:`Model.pair_key`) and the generator m
   a table per snapshot filled the first time. Anything unexpected (a difference, a "bad" input
   the spec accepts, a side that moved) re-decides the whole batch call by call on the original
   per-edge procedure, so verdicts and counterexamples are the same as without batching.
+* **Generator models as small ints.** Every generator model is interned once (``gens``, its hash
+  in ``gen_hash``); a state is (pair id, gen id). A remembered transition keeps the spec's return
+  value interned too, so a remembered call's effect on the generator model is itself remembered
+  per (gen id, call, return value) — the same ``then`` applied to equal values, computed once.
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ from stateful_tests.lockstep import (
 
 SELF = -1  # memo: a self-loop (neither the pair nor the generator model changes)
 DROP = -2  # memo: a "bad" input the spec accepted (compared, not followed)
-SELF_HIT = (SELF, None, False)
+NO_RETURN = -1  # memo: the generator model does not depend on the call's return value
+SELF_HIT = (SELF, NO_RETURN, False)
+_WIDE = 1 << 24  # memo keys pack (gen id, return id, call ident) into one int: each below this
 
-Successor = tuple[int, int, Any, tuple[Any, Any, Any] | None]  # (edge index, pair, gen, objects)
+# (edge index, pair id, gen id, objects or None)
+Successor = tuple[int, int, int, tuple[Any, Any, Any] | None]
 Found = tuple[list[int], Check]  # (edge indices from the expanded state, the failed check)
 
 
@@ -56,7 +63,17 @@ class Expander:
         self.pair_ids: dict[int, int] = {}  # fingerprint of a pair key -> pair id
         self.pair_fps: list[int] = []  # pair id -> fingerprint (portable across forked workers)
         self.objects: dict[int, tuple[Any, Any, Any]] = {}  # pair id -> (spec, target, snapshot)
-        self.memo: dict[int, tuple[int, Any, bool]] = {}  # pair id << 32 | call -> outcome
+        # pair id << 32 | call -> (successor pair or SELF/DROP, return id or NO_RETURN, raised)
+        self.memo: dict[int, tuple[int, int, bool]] = {}
+        # generator models, interned: gen id -> model, its hash; model -> gen id
+        self.gens: list[Any] = []
+        self.gen_hash: list[int] = []
+        self.gen_ids: dict[Any, int] = {}
+        # spec return values the generator model depends on, interned (frozen: lists as tuples)
+        self.returns: list[Any] = []
+        self.return_ids: dict[Hashable, int] = {}
+        # (gen id, return id, call) packed -> the gen id after that call (``Edge.then``)
+        self.gen_next: dict[int, int] = {}
         self.edge_cache: dict[Hashable, tuple[list[Any], list[tuple[int, Any, int]]]] = {}
         # the spec's outcomes of read-only calls, per snapshot fingerprint (models whose spec
         # answers them from its snapshot alone: ``Model.spec_readonly_by_snapshot``)
@@ -83,6 +100,29 @@ class Expander:
         if self.by_snap is not None:
             self.by_snap[raw] = pid
         return pid
+
+    def gid(self, gen: Any) -> int:
+        """The generator model's small int (interned on first sight)."""
+        found = self.gen_ids.get(gen)
+        if found is None:
+            found = self.gen_ids[gen] = len(self.gens)
+            self.gens.append(gen)
+            self.gen_hash.append(hash(gen))
+        return found
+
+    def fingerprint(self, pid: int, gid: int) -> int:
+        """A state's 64-bit fingerprint, equal in every forked worker (pair and gen hashes)."""
+        return hash((self.pair_fps[pid], self.gen_hash[gid]))
+
+    def _return_id(self, returned: Any) -> int:
+        key = _freeze(returned)
+        found = self.return_ids.get(key)
+        if found is None:
+            found = self.return_ids[key] = len(self.returns)
+            self.returns.append(returned)
+            if found >= _WIDE:
+                raise OverflowError("more distinct return values than a memo key can hold")
+        return found
 
     def keep(self, pid: int, objects: tuple[Any, Any, Any]) -> None:
         self.objects.setdefault(pid, objects)
@@ -139,9 +179,20 @@ class Expander:
         return edges, rows
 
     # ------------------------------------------------------------------ expansion
-    def expand(self, pid: int, gen: Any) -> tuple[list[Successor], Found | None]:
-        """Every successor of state (pair ``pid``, ``gen``), or the first failed check."""
+    def _next_gen(self, gid: int, edge: Any, ident: int, rid: int) -> int:
+        """The gen id after ``edge`` returned the value interned as ``rid`` from gen ``gid``."""
+        if ident >= _WIDE:
+            return self.gid(edge.then(self.gens[gid], self.returns[rid]))
+        key = ((gid << 24 | rid) << 24) | ident
+        found = self.gen_next.get(key)
+        if found is None:
+            found = self.gen_next[key] = self.gid(edge.then(self.gens[gid], self.returns[rid]))
+        return found
+
+    def expand(self, pid: int, gid: int) -> tuple[list[Successor], Found | None]:
+        """Every successor of state (pair ``pid``, gen id ``gid``), or the first failed check."""
         spec_p, target_p, snap = self.objects[pid]
+        gen = self.gens[gid]
         # (read per state: a model may find out mid-search that its key is not whole-state)
         memo = self.memo if self.use_memo and self.model.memo else None
         self.expanded += 1
@@ -160,21 +211,26 @@ class Expander:
                 (readonly if row[1].readonly else mutating).append(row)
         else:
             get, base = memo.get, pid << 32
+            gen_next, next_gen = self.gen_next.get, self._next_gen
+            gbase = gid << 48
             for row in rows:
                 hit = get(base | row[2])
                 if hit is None:
                     (readonly if row[1].readonly else mutating).append(row)
                     continue
-                index, edge = row[0], row[1]
                 succ = hit[0]
                 if succ < 0:  # SELF or DROP
                     if succ == DROP:
                         self.dropped += 1
                     continue
-                then = edge.then
-                out.append(
-                    (index, succ, gen if hit[2] or then is None else then(gen, hit[1]), None)
-                )
+                rid = hit[1]
+                if rid < 0:
+                    out.append((row[0], succ, gid, None))
+                    continue
+                g = gen_next(gbase | rid << 24 | row[2])
+                if g is None:
+                    g = next_gen(gid, row[1], row[2], rid)
+                out.append((row[0], succ, g, None))
         # The working copies (``None``: not made yet). Lazy cloning (memo models only): every call
         # runs on them; they are copied afresh only after a call moved them (they become that
         # successor's objects). A self-loop leaves them with the pair key they started with — the
@@ -187,7 +243,7 @@ class Expander:
             ok, ws = self._batch(pid, gen, readonly, memo, wt)
             if not ok:
                 ws = wt = None
-                found = self._exact_readonly(pid, gen, readonly, out)
+                found = self._exact_readonly(pid, gid, readonly, out)
                 if found is not None:
                     return out, found
         reuse = self.model.memo
@@ -206,25 +262,31 @@ class Expander:
             if edge.bad and not raised:
                 self.dropped += 1
                 if memo is not None:
-                    memo[pid << 32 | ident] = (DROP, None, False)
+                    memo[pid << 32 | ident] = (DROP, NO_RETURN, False)
                 ws = wt = None
                 continue
             if not reuse and run.after == snap and run.gen == gen:
                 continue  # a self-loop by the snapshot (the target was compared; nothing new)
             succ = self.pair(ws, wt, run.after)
+            if raised or edge.then is None:
+                rid, g = NO_RETURN, gid
+            else:
+                rid = self._return_id(run.s_out.returned)
+                g = self.gid(run.gen)
+                if ident < _WIDE:
+                    self.gen_next[((gid << 24 | rid) << 24) | ident] = g
             if memo is not None:
-                keep = None if raised or edge.then is None else run.s_out.returned
                 memo[pid << 32 | ident] = (
-                    SELF if succ == pid and keep is None else succ,
-                    keep,
+                    SELF if succ == pid and rid == NO_RETURN else succ,
+                    rid,
                     raised,
                 )
             if succ != pid or not reuse:
-                if succ != pid or run.gen != gen:
-                    out.append((index, succ, run.gen, (ws, wt, run.after)))
+                if succ != pid or g != gid:
+                    out.append((index, succ, g, (ws, wt, run.after)))
                 ws = wt = None
-            elif run.gen != gen:
-                out.append((index, succ, run.gen, None))  # the pair's own objects serve
+            elif g != gid:
+                out.append((index, succ, g, None))  # the pair's own objects serve
         return out, None
 
     def _batch(
@@ -232,7 +294,7 @@ class Expander:
         pid: int,
         gen: Any,
         edges: list[tuple[int, Any, int]],
-        memo: dict[int, tuple[int, Any, bool]] | None,
+        memo: dict[int, tuple[int, int, bool]] | None,
         target: Any,
     ) -> tuple[bool, Any]:
         """The read-only calls on the target's working copy, each compared with the spec's
@@ -306,13 +368,14 @@ class Expander:
         return True, spec
 
     def _exact_readonly(
-        self, pid: int, gen: Any, edges: list[tuple[int, Any, int]], out: list[Successor]
+        self, pid: int, gid: int, edges: list[tuple[int, Any, int]], out: list[Successor]
     ) -> Found | None:
         """The per-edge procedure for read-only calls: one shared copy of each side while calls
         leave them as they were; ``history`` is the calls the shared target has seen (a failure
         that only reproduces after them keeps them in the counterexample)."""
         model, run_cls, dup = self.model, self.run_cls, self.dup
         spec_p, target_p, snap = self.objects[pid]
+        gen = self.gens[gid]
         shared: list[Any] = []
         history: list[int] = []
         for index, edge, _ in edges:
@@ -341,13 +404,14 @@ class Expander:
                 self.dropped += 1  # the spec accepted a "bad" input: not followed
                 continue
             succ = self.pair(run.spec, run.target, run.after)
-            out.append((index, succ, run.gen, (run.spec, run.target, run.after)))
+            out.append((index, succ, self.gid(run.gen), (run.spec, run.target, run.after)))
         return None
 
-    def materialize(self, pid: int, gen: Any, index: int) -> tuple[Any, Any, Any]:
-        """The objects of the successor of (``pid``, ``gen``) by edge ``index`` — a remembered
-        transition whose objects were dropped — by running the call again on copies."""
+    def materialize(self, pid: int, gid: int, index: int) -> tuple[Any, Any, Any]:
+        """The objects of the successor of (``pid``, gen id ``gid``) by edge ``index`` — a
+        remembered transition whose objects were dropped — by running the call again on copies."""
         spec_p, target_p, snap = self.objects[pid]
+        gen = self.gens[gid]
         edge = self._edges(snap, gen, spec_p)[index]
         run = self.run_cls(self.model, edge, self.dup(spec_p), self.dup(target_p), snap, gen)
         self.executed += 1
@@ -382,6 +446,13 @@ class _Run:
             if problem is None and raised is None and edge.then is not None:
                 self.gen = edge.then(gen, s_out.returned)
         self.problem = problem
+
+
+def _freeze(value: Any) -> Any:
+    """``value`` as a hashable value (lists and tuples as tagged tuples, recursively)."""
+    if type(value) is list or type(value) is tuple:
+        return (type(value) is list, tuple(_freeze(v) for v in value))
+    return value
 
 
 def _state_invariants(model: Any, target_snap: Any) -> Check | None:
