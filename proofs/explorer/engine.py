@@ -83,16 +83,26 @@ class Expander:
         # (``Model.key_from_snapshot``: offload's renaming of keys is computed once per snapshot)
         self.by_snap: dict[int, int] | None = {} if model.key_from_snapshot else None
         self.checked: set[int] = set()  # snapshots whose state invariants hold
+        # a model's pair key from the snapshot's hash (``Model.pair_key_hashed``), if it has one
+        self.hashed_key: Callable[[int, Any, Any], Hashable] | None = getattr(
+            model, "pair_key_hashed", None
+        )
+        self.last_hash = 0  # hash(run.after) of the last judged run (judge)
         self.edges = self.executed = self.dropped = self.expanded = 0
 
     # ------------------------------------------------------------------ pairs
-    def pair(self, spec: Any, target: Any, snap: Any) -> int:
+    def pair(self, spec: Any, target: Any, snap: Any, snap_hash: int | None = None) -> int:
+        """The pair's id (``snap_hash``: ``hash(snap)``, where the caller has it already)."""
         if self.by_snap is not None:  # the key is a function of the snapshot: skip making it
-            raw = hash(snap)
+            raw = hash(snap) if snap_hash is None else snap_hash
             found = self.by_snap.get(raw)
             if found is not None:
                 return found
-        fp = hash(self.model.pair_key(snap, spec, target))
+        hashed = self.hashed_key
+        if hashed is not None:
+            fp = hash(hashed(hash(snap) if snap_hash is None else snap_hash, spec, target))
+        else:
+            fp = hash(self.model.pair_key(snap, spec, target))
         pid = self.pair_ids.get(fp)
         if pid is None:
             pid = self.pair_ids[fp] = len(self.pair_fps)
@@ -115,10 +125,17 @@ class Expander:
         return hash((self.pair_fps[pid], self.gen_hash[gid]))
 
     def _return_id(self, returned: Any) -> int:
-        key = _freeze(returned)
-        found = self.return_ids.get(key)
+        """The spec's return value as a small int: equal values (lists as tuples), equal ints; a
+        value that cannot be made hashable gets an int of its own."""
+        try:
+            key: Hashable = _freeze(returned)
+            found = self.return_ids.get(key)
+        except TypeError:
+            key, found = None, None
         if found is None:
-            found = self.return_ids[key] = len(self.returns)
+            found = len(self.returns)
+            if key is not None:
+                self.return_ids[key] = found
             self.returns.append(returned)
             if found >= _WIDE:
                 raise OverflowError("more distinct return values than a memo key can hold")
@@ -146,7 +163,7 @@ class Expander:
         target's equals the spec's by then), then the target's hidden state."""
         problem: Check | None = run.problem
         if problem is None:
-            h = hash(run.after)
+            h = self.last_hash = hash(run.after)
             if h not in self.checked:
                 problem = _state_invariants(self.model, run.after)
                 self.checked.add(h)
@@ -267,7 +284,7 @@ class Expander:
                 continue
             if not reuse and run.after == snap and run.gen == gen:
                 continue  # a self-loop by the snapshot (the target was compared; nothing new)
-            succ = self.pair(ws, wt, run.after)
+            succ = self.pair(ws, wt, run.after, self.last_hash)
             if raised or edge.then is None:
                 rid, g = NO_RETURN, gid
             else:
@@ -429,7 +446,17 @@ class _Run:
         self.s_out = s_out = _call(spec, edge)
         self.t_out = t_out = _call(target, edge)
         self.after = None
-        problem = compare_outcomes(s_out, t_out)
+        s_exc, t_exc = s_out.raised, t_out.raised
+        # the cheap agreement first (one exception class, or equal values): compare_outcomes only
+        # where it may find a difference
+        if (
+            (type(s_exc) is type(t_exc) if s_exc is not None else t_exc is None)
+            and (s_exc is not None or s_out.returned == t_out.returned)
+            and s_out.args_after == t_out.args_after
+        ):
+            problem = None
+        else:
+            problem = compare_outcomes(s_out, t_out)
         if problem is None:
             reader = model.reader
             raised = s_out.raised
@@ -440,7 +467,8 @@ class _Run:
             else:
                 self.after = after = reader(spec)
             target_snap = reader(target)
-            problem = compare_snapshots(after, target_snap, model.snapshot_checks)
+            if target_snap != after:
+                problem = compare_snapshots(after, target_snap, model.snapshot_checks)
             if problem is None and raised is not None and model.validate_first(edge.method, raised):
                 problem = atomic_failure_check(edge.method, raised, snap, target_snap)
             if problem is None and raised is None and edge.then is not None:
@@ -450,8 +478,11 @@ class _Run:
 
 def _freeze(value: Any) -> Any:
     """``value`` as a hashable value (lists and tuples as tagged tuples, recursively)."""
-    if type(value) is list or type(value) is tuple:
-        return (type(value) is list, tuple(_freeze(v) for v in value))
+    t = type(value)
+    if t is list or t is tuple:
+        return (t is list, tuple(_freeze(v) for v in value))
+    if t is dict:
+        return (dict, tuple((k, _freeze(v)) for k, v in value.items()))
     return value
 
 

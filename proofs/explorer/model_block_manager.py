@@ -487,6 +487,10 @@ class BlockManagerModel(Model):
         # the snapshot (both sides equal it by now), then what it leaves out on either side
         return (hash(snap), self._whole(spec), self._whole(target))
 
+    def pair_key_hashed(self, snap_hash: int, spec: Any, target: Any) -> Hashable:
+        """:meth:`pair_key` from ``hash(snap)`` (the engine has it already)."""
+        return (snap_hash, self._whole(spec), self._whole(target))
+
     def _whole(self, obj: Any) -> Hashable:
         """What a snapshot leaves out of a block manager: the sets' tables (future eviction order
         and pinned copies) and the hidden counter — for kvspec's own classes and their
