@@ -292,3 +292,67 @@ def test_spec_answers_read_only_calls_from_its_snapshot_alone(
     bounds = replace(MID_BM, layout_classes=False)
     result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", bounds))
     assert result.passed and result.complete and len(checked) > 1000
+
+
+# --------------------------------------------------------------- finished requests forgotten
+SCHEDULER_MUTANTS = [
+    "running_reservation_reused_across_steps",
+    "counter_not_decremented_on_dequeue",
+    "tight_counter_uses_exact_formula",
+    "candidate_pinned_pages_counted_as_usable",
+    "decode_mixed_into_prefill_step",
+]  # the scheduler mutants a 2-request scope finds
+
+
+def test_forgetting_finished_requests_is_a_quotient_with_the_same_states_seen() -> None:
+    """Keyed without finished requests' prompts and outputs, the scheduler search reaches fewer
+    states but every snapshot the full search reaches, and passes alike."""
+    found = []
+    for forget in (True, False):
+        bounds = SchedulerBounds(
+            pages=3, requests=2, prompt_tokens=2, max_new=2, forget_finished=forget
+        )
+        model = SchedulerModel("infinilm-scheduler", ImplScheduler, "impl", bounds)
+        found.append(explore(model))
+    reduced, full = found
+    assert reduced.passed and full.passed and reduced.complete and full.complete
+    assert reduced.distinct_snapshots == full.distinct_snapshots
+    assert reduced.distinct_states < full.distinct_states
+    assert reduced.reductions["forget_finished"] and not full.reductions["forget_finished"]
+
+
+@pytest.mark.parametrize("name", SCHEDULER_MUTANTS)
+def test_forgetting_finished_requests_keeps_shortest_counterexamples(name: str) -> None:
+    m = CATALOGUE[name]
+    found = []
+    for forget in (True, False):
+        bounds = SchedulerBounds(
+            variant=m.variant or "legacy", pages=4, requests=2, max_new=3, forget_finished=forget
+        )
+        found.append(explore(SchedulerModel(m.component, m.cls, name, bounds)))
+    reduced, full = found
+    assert not full.passed
+    assert summary(reduced)[3] == summary(full)[3]
+
+
+def test_only_unreachable_finished_requests_are_forgotten() -> None:
+    """A finished request that anything but the harness's dict still refers to, or a lost one,
+    keeps its whole row in the key."""
+    from proofs.explorer.model_scheduler import _forgotten
+    from stateful_tests import infinilm_scheduler as sched
+
+    config = sched.Config(
+        num_blocks=4, block_size=2, max_batch_size=2, max_num_batched_tokens=8, mamba=False
+    )
+    h = sched.EngineHarness(ImplScheduler, config)
+    for rid in ("r0", "r1", "r2"):
+        h.add_request(rid, [0, 0, 0], 1, False, 0, False, False)
+    assert _forgotten(h) == set()  # queued: live and reachable
+    h.step([])  # prefill of r0 and r1; max_tokens 1: both finish
+    finished = {rid for rid, r in h.requests.items() if r.is_finished()}
+    assert finished and _forgotten(h) == finished
+    held = h.requests[sorted(finished)[0]]  # a second reference: reachable, so remembered
+    assert sorted(finished)[0] not in _forgotten(h)
+    del held
+    h.lost.add(sorted(finished)[-1])
+    assert sorted(finished)[-1] not in _forgotten(h)

@@ -206,8 +206,14 @@ class Expander:
             found = self.gen_next[key] = self.gid(edge.then(self.gens[gid], self.returns[rid]))
         return found
 
-    def expand(self, pid: int, gid: int) -> tuple[list[Successor], Found | None]:
-        """Every successor of state (pair ``pid``, gen id ``gid``), or the first failed check."""
+    def expand(
+        self, pid: int, gid: int, last: bool = False
+    ) -> tuple[list[Successor], Found | None]:
+        """Every successor of state (pair ``pid``, gen id ``gid``), or the first failed check.
+
+        ``last``: no other state will use this pair's objects (the caller's frontier holds it
+        once, and it is not kept for a memo): without a memo, the last call runs on the objects
+        themselves instead of on copies, and the pair's objects are dropped."""
         spec_p, target_p, snap = self.objects[pid]
         gen = self.gens[gid]
         # (read per state: a model may find out mid-search that its key is not whole-state)
@@ -265,11 +271,16 @@ class Expander:
                     return out, found
         reuse = self.model.memo
         run_cls, dup, model = self.run_cls, self.dup, self.model
+        final = mutating[-1][0] if last and memo is None and not reuse and mutating else -1
         for index, edge, ident in mutating:
-            if ws is None or not reuse:
-                ws = dup(spec_p)
-            if wt is None or not reuse:
-                wt = dup(target_p)
+            if index == final:  # the last use of the pair's objects: no copies
+                ws, wt = spec_p, target_p
+                self.objects.pop(pid, None)
+            else:
+                if ws is None or not reuse:
+                    ws = dup(spec_p)
+                if wt is None or not reuse:
+                    wt = dup(target_p)
             run = run_cls(model, edge, ws, wt, snap, gen)
             self.executed += 1
             problem = self.judge(edge, snap, run)

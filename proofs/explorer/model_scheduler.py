@@ -447,7 +447,7 @@ def _harness_extras(h: Any, forget_finished: bool = False) -> tuple[Any, ...]:
     s = h.s
     requests = h.requests
     gone = _forgotten(h) if forget_finished else ()
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for rid in sorted(requests):
         if rid in gone:
             rows.append((rid,))

@@ -150,8 +150,8 @@ class _PortableExpander(Expander):
         super().__init__(model, well_formed=well_formed, memo=memo)
         self.routes: list[int] = []
 
-    def pair(self, spec: Any, target: Any, snap: Any) -> int:
-        pid = super().pair(spec, target, snap)
+    def pair(self, spec: Any, target: Any, snap: Any, snap_hash: int | None = None) -> int:
+        pid = super().pair(spec, target, snap, snap_hash)
         if pid == len(self.routes):
             self.routes.append(stable_digest(self.model.observable(snap, ())))
         return pid

@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import time
 from array import array
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -402,8 +403,10 @@ def _serial(
             result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
             return None, "depth", len(frontier)
         nxt: list[tuple[int, int, int]] = []
+        left = Counter(pid for _, pid, _ in frontier)  # frontier states still to use each pair
         for position, (sid, pid, gid) in enumerate(frontier):
-            successors, found = exp.expand(pid, gid)
+            left[pid] -= 1
+            successors, found = exp.expand(pid, gid, not left[pid])
             if found is None:
                 for index, succ, g, objects in successors:
                     key = succ << 32 | g
