@@ -356,3 +356,42 @@ def test_only_unreachable_finished_requests_are_forgotten() -> None:
     del held
     h.lost.add(sorted(finished)[-1])
     assert sorted(finished)[-1] not in _forgotten(h)
+
+
+# --------------------------------------------------------------- copies kept after self-loops
+@pytest.mark.parametrize("component", ["vllm-arc", "vllm-lru"])
+def test_copies_kept_after_self_loops_give_the_same_search(
+    component: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offload copies serve the next call after a self-loop that left the hidden state alone: the
+    same states and verdicts as fresh copies for every call (a planted counter drift too)."""
+    from tests.test_explorer import CounterDriftOnLoadCompletion
+
+    comp = components.get(component)
+    variant = comp.variants[-1]
+    for target in (ImplManager, CounterDriftOnLoadCompletion):
+        bounds = OffloadBounds(variant=variant, capacity=2, keys=3)
+        model = OffloadModel(component, target, "t", bounds, comp.fixed_options)
+        kept = summary(explore(model))
+        with monkeypatch.context() as m:
+            m.setattr(model, "hidden", lambda obj: None)
+            assert summary(explore(model)) == kept
+
+
+def test_offload_hidden_state_is_what_the_snapshot_leaves_out() -> None:
+    """``_hidden`` changes with the counters the snapshot does not show, and is unknown (no
+    copies kept) for a manager with an attribute kvspec does not know."""
+    from proofs.explorer.model_offload import _clone_offload, _hidden
+    from stateful_tests.vllm_offload import Config, ManagerHarness
+
+    config = Config(policy="arc", variant="no_fallback", num_blocks=2, num_keys=3)
+    h = ManagerHarness(ImplManager, config)
+    copy = _clone_offload(h)
+    assert _hidden(copy) == _hidden(h) is not None
+    copy.m.stores_skipped_in_current_batch += 1
+    assert _hidden(copy) != _hidden(h)
+    copy = _clone_offload(h)
+    copy.m._num_evictable_cache_blocks += 1
+    assert _hidden(copy) != _hidden(h)
+    copy.m.extra = 1
+    assert _hidden(copy) is None

@@ -272,15 +272,21 @@ class Expander:
         reuse = self.model.memo
         run_cls, dup, model = self.run_cls, self.dup, self.model
         final = mutating[-1][0] if last and memo is None and not reuse and mutating else -1
+        # Without a whole-state pair key, copies serve a next call only after a self-loop that
+        # left both sides' snapshots and everything else (``Model.hidden``) as they were.
+        hidden = None if reuse else model.hidden
+        before: tuple[Any, Any] | None = None
+        unmoved = False
         for index, edge, ident in mutating:
             if index == final:  # the last use of the pair's objects: no copies
                 ws, wt = spec_p, target_p
                 self.objects.pop(pid, None)
             else:
-                if ws is None or not reuse:
+                if ws is None or not (reuse or unmoved):
                     ws = dup(spec_p)
-                if wt is None or not reuse:
+                if wt is None or not (reuse or unmoved):
                     wt = dup(target_p)
+            unmoved = False
             run = run_cls(model, edge, ws, wt, snap, gen)
             self.executed += 1
             problem = self.judge(edge, snap, run)
@@ -294,7 +300,17 @@ class Expander:
                 ws = wt = None
                 continue
             if not reuse and run.after == snap and run.gen == gen:
-                continue  # a self-loop by the snapshot (the target was compared; nothing new)
+                # a self-loop by the snapshot (the target was compared; nothing new)
+                if hidden is not None and index != final:
+                    if before is None:
+                        before = (hidden(spec_p), hidden(target_p))
+                    unmoved = (
+                        before[0] is not None
+                        and before[1] is not None
+                        and hidden(ws) == before[0]
+                        and hidden(wt) == before[1]
+                    )
+                continue
             succ = self.pair(ws, wt, run.after, self.last_hash)
             if raised or edge.then is None:
                 rid, g = NO_RETURN, gid

@@ -170,6 +170,12 @@ class Model:
     def validate_first(self, method: str, exc: BaseException) -> bool:
         return False
 
+    def hidden(self, obj: Any) -> Hashable | None:
+        """What the snapshot leaves out of one side's state, as a value (``None``: not known for
+        this object). With it, a model without a whole-state pair key lets the copies a call left
+        as they were (equal snapshots, equal hidden state) serve the next call."""
+        return None
+
     def edge_checks(
         self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
     ) -> Check | None:
