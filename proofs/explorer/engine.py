@@ -18,9 +18,7 @@ object paired with it, identified by :meth:`Model.pair_key`) and the generator m
   the spec accepts, a side that moved) re-decides the whole batch call by call on the original
   per-edge procedure, so verdicts and counterexamples are the same as without batching.
 * **Generator models as small ints.** Every generator model is interned once (``gens``, its hash
-  in ``gen_hash``); a state is (pair id, gen id). A remembered transition keeps the spec's return
-  value interned too, so a remembered call's effect on the generator model is itself remembered
-  per (gen id, call, return value) — the same ``then`` applied to equal values, computed once.
+  in ``gen_hash``); a state is (pair id, gen id), one int in the visited set.
 """
 
 from __future__ import annotations
@@ -39,9 +37,7 @@ from stateful_tests.lockstep import (
 
 SELF = -1  # memo: a self-loop (neither the pair nor the generator model changes)
 DROP = -2  # memo: a "bad" input the spec accepted (compared, not followed)
-NO_RETURN = -1  # memo: the generator model does not depend on the call's return value
-SELF_HIT = (SELF, NO_RETURN, False)
-_WIDE = 1 << 24  # memo keys pack (gen id, return id, call ident) into one int: each below this
+SELF_HIT = (SELF, None, False)
 
 # (edge index, pair id, gen id, objects or None)
 Successor = tuple[int, int, int, tuple[Any, Any, Any] | None]
@@ -63,17 +59,12 @@ class Expander:
         self.pair_ids: dict[int, int] = {}  # fingerprint of a pair key -> pair id
         self.pair_fps: list[int] = []  # pair id -> fingerprint (portable across forked workers)
         self.objects: dict[int, tuple[Any, Any, Any]] = {}  # pair id -> (spec, target, snapshot)
-        # pair id << 32 | call -> (successor pair or SELF/DROP, return id or NO_RETURN, raised)
-        self.memo: dict[int, tuple[int, int, bool]] = {}
+        # pair id << 32 | call -> (successor pair or SELF/DROP, the spec's return value, raised)
+        self.memo: dict[int, tuple[int, Any, bool]] = {}
         # generator models, interned: gen id -> model, its hash; model -> gen id
         self.gens: list[Any] = []
         self.gen_hash: list[int] = []
         self.gen_ids: dict[Any, int] = {}
-        # spec return values the generator model depends on, interned (frozen: lists as tuples)
-        self.returns: list[Any] = []
-        self.return_ids: dict[Hashable, int] = {}
-        # (gen id, return id, call) packed -> the gen id after that call (``Edge.then``)
-        self.gen_next: dict[int, int] = {}
         self.edge_cache: dict[Hashable, tuple[list[Any], list[tuple[int, Any, int]]]] = {}
         # the spec's outcomes of read-only calls, per snapshot fingerprint (models whose spec
         # answers them from its snapshot alone: ``Model.spec_readonly_by_snapshot``)
@@ -123,23 +114,6 @@ class Expander:
     def fingerprint(self, pid: int, gid: int) -> int:
         """A state's 64-bit fingerprint, equal in every forked worker (pair and gen hashes)."""
         return hash((self.pair_fps[pid], self.gen_hash[gid]))
-
-    def _return_id(self, returned: Any) -> int:
-        """The spec's return value as a small int: equal values (lists as tuples), equal ints; a
-        value that cannot be made hashable gets an int of its own."""
-        try:
-            key: Hashable = _freeze(returned)
-            found = self.return_ids.get(key)
-        except TypeError:
-            key, found = None, None
-        if found is None:
-            found = len(self.returns)
-            if key is not None:
-                self.return_ids[key] = found
-            self.returns.append(returned)
-            if found >= _WIDE:
-                raise OverflowError("more distinct return values than a memo key can hold")
-        return found
 
     def keep(self, pid: int, objects: tuple[Any, Any, Any]) -> None:
         self.objects.setdefault(pid, objects)
@@ -196,16 +170,6 @@ class Expander:
         return edges, rows
 
     # ------------------------------------------------------------------ expansion
-    def _next_gen(self, gid: int, edge: Any, ident: int, rid: int) -> int:
-        """The gen id after ``edge`` returned the value interned as ``rid`` from gen ``gid``."""
-        if ident >= _WIDE:
-            return self.gid(edge.then(self.gens[gid], self.returns[rid]))
-        key = ((gid << 24 | rid) << 24) | ident
-        found = self.gen_next.get(key)
-        if found is None:
-            found = self.gen_next[key] = self.gid(edge.then(self.gens[gid], self.returns[rid]))
-        return found
-
     def expand(
         self, pid: int, gid: int, last: bool = False
     ) -> tuple[list[Successor], Found | None]:
@@ -233,9 +197,7 @@ class Expander:
             for row in rows:
                 (readonly if row[1].readonly else mutating).append(row)
         else:
-            get, base = memo.get, pid << 32
-            gen_next, next_gen = self.gen_next.get, self._next_gen
-            gbase = gid << 48
+            get, base, intern = memo.get, pid << 32, self.gid
             for row in rows:
                 hit = get(base | row[2])
                 if hit is None:
@@ -246,14 +208,11 @@ class Expander:
                     if succ == DROP:
                         self.dropped += 1
                     continue
-                rid = hit[1]
-                if rid < 0:
+                then = row[1].then
+                if hit[2] or then is None:
                     out.append((row[0], succ, gid, None))
-                    continue
-                g = gen_next(gbase | rid << 24 | row[2])
-                if g is None:
-                    g = next_gen(gid, row[1], row[2], rid)
-                out.append((row[0], succ, g, None))
+                else:  # (the row's own edge: one call may update two holders differently)
+                    out.append((row[0], succ, intern(then(gen, hit[1])), None))
         # The working copies (``None``: not made yet). Lazy cloning (memo models only): every call
         # runs on them; they are copied afresh only after a call moved them (they become that
         # successor's objects). A self-loop leaves them with the pair key they started with — the
@@ -296,7 +255,7 @@ class Expander:
             if edge.bad and not raised:
                 self.dropped += 1
                 if memo is not None:
-                    memo[pid << 32 | ident] = (DROP, NO_RETURN, False)
+                    memo[pid << 32 | ident] = (DROP, None, False)
                 ws = wt = None
                 continue
             if not reuse and run.after == snap and run.gen == gen:
@@ -312,17 +271,12 @@ class Expander:
                     )
                 continue
             succ = self.pair(ws, wt, run.after, self.last_hash)
-            if raised or edge.then is None:
-                rid, g = NO_RETURN, gid
-            else:
-                rid = self._return_id(run.s_out.returned)
-                g = self.gid(run.gen)
-                if ident < _WIDE:
-                    self.gen_next[((gid << 24 | rid) << 24) | ident] = g
+            fixed = raised or edge.then is None  # the generator model stays as it is
+            g = gid if fixed or run.gen is gen else self.gid(run.gen)
             if memo is not None:
                 memo[pid << 32 | ident] = (
-                    SELF if succ == pid and rid == NO_RETURN else succ,
-                    rid,
+                    SELF if succ == pid and fixed else succ,
+                    None if fixed else run.s_out.returned,
                     raised,
                 )
             if succ != pid or not reuse:
@@ -338,7 +292,7 @@ class Expander:
         pid: int,
         gen: Any,
         edges: list[tuple[int, Any, int]],
-        memo: dict[int, tuple[int, int, bool]] | None,
+        memo: dict[int, tuple[int, Any, bool]] | None,
         target: Any,
     ) -> tuple[bool, Any]:
         """The read-only calls on the target's working copy, each compared with the spec's
