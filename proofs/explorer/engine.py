@@ -183,7 +183,7 @@ class Expander:
         # (read per state: a model may find out mid-search that its key is not whole-state)
         memo = self.memo if self.use_memo and self.model.memo else None
         self.expanded += 1
-        if not self.expanded & 255:
+        if not self.expanded & 1023:
             # The search runs with the collector off (a full collection would rescan the visited
             # tables and the memo); raised exceptions lose their tracebacks (_call), so cycles
             # are rare and young: collecting the young generation now and then frees them.
