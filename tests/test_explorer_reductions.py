@@ -395,3 +395,30 @@ def test_offload_hidden_state_is_what_the_snapshot_leaves_out() -> None:
     assert _hidden(copy) != _hidden(h)
     copy.m.extra = 1
     assert _hidden(copy) is None
+
+
+def _explore_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    main(["explore", *args, "--json"])
+    document: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return document
+
+
+def test_a_pair_in_the_next_frontier_keeps_its_objects(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last call of a state runs on the pair's own objects only when no state of the next
+    frontier shares the pair (the prefix-cache model's pairs carry several generator models):
+    the same shortest counterexample as with copies for every call."""
+    args = ["vllm-prefix-cache", "--target", "mutant:same_block_twice_in_free_queue"]
+    consumed = _explore_json(args, capsys)
+    from proofs.explorer import engine
+
+    expand = engine.Expander.expand
+    monkeypatch.setattr(
+        engine.Expander, "expand", lambda self, pid, gid, last=False: expand(self, pid, gid)
+    )
+    copied = _explore_json(args, capsys)
+    found = [(v["check"], v["depth"]) for v in consumed["violations"]]
+    assert found == [(v["check"], v["depth"]) for v in copied["violations"]]
+    assert found == [("identical_eviction_order", 9)]
+    assert consumed["distinct_states"] == copied["distinct_states"]

@@ -410,9 +410,10 @@ def _serial(
             return None, "depth", len(frontier)
         nxt: list[tuple[int, int, int]] = []
         left = Counter(pid for _, pid, _ in frontier)  # frontier states still to use each pair
+        kept: set[int] = set()  # pairs of the next frontier (they keep their objects)
         for position, (sid, pid, gid) in enumerate(frontier):
             left[pid] -= 1
-            successors, found = exp.expand(pid, gid, not left[pid])
+            successors, found = exp.expand(pid, gid, not left[pid] and pid not in kept)
             if found is None:
                 for index, succ, g, objects in successors:
                     key = succ << 32 | g
@@ -431,6 +432,7 @@ def _serial(
                     parent.append(sid)
                     via.append(index)
                     nxt.append((len(parent) - 1, succ, g))
+                    kept.add(succ)
                     result.max_depth = layer + 1
                     if max_states is not None and len(seen) >= max_states:
                         stop = "max_states"
