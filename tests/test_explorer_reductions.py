@@ -292,3 +292,133 @@ def test_spec_answers_read_only_calls_from_its_snapshot_alone(
     bounds = replace(MID_BM, layout_classes=False)
     result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", bounds))
     assert result.passed and result.complete and len(checked) > 1000
+
+
+# --------------------------------------------------------------- finished requests forgotten
+SCHEDULER_MUTANTS = [
+    "running_reservation_reused_across_steps",
+    "counter_not_decremented_on_dequeue",
+    "tight_counter_uses_exact_formula",
+    "candidate_pinned_pages_counted_as_usable",
+    "decode_mixed_into_prefill_step",
+]  # the scheduler mutants a 2-request scope finds
+
+
+def test_forgetting_finished_requests_is_a_quotient_with_the_same_states_seen() -> None:
+    """Keyed without finished requests' prompts and outputs, the scheduler search reaches fewer
+    states but every snapshot the full search reaches, and passes alike."""
+    found = []
+    for forget in (True, False):
+        bounds = SchedulerBounds(
+            pages=3, requests=2, prompt_tokens=2, max_new=2, forget_finished=forget
+        )
+        model = SchedulerModel("infinilm-scheduler", ImplScheduler, "impl", bounds)
+        found.append(explore(model))
+    reduced, full = found
+    assert reduced.passed and full.passed and reduced.complete and full.complete
+    assert reduced.distinct_snapshots == full.distinct_snapshots
+    assert reduced.distinct_states < full.distinct_states
+    assert reduced.reductions["forget_finished"] and not full.reductions["forget_finished"]
+
+
+@pytest.mark.parametrize("name", SCHEDULER_MUTANTS)
+def test_forgetting_finished_requests_keeps_shortest_counterexamples(name: str) -> None:
+    m = CATALOGUE[name]
+    found = []
+    for forget in (True, False):
+        bounds = SchedulerBounds(
+            variant=m.variant or "legacy", pages=4, requests=2, max_new=3, forget_finished=forget
+        )
+        found.append(explore(SchedulerModel(m.component, m.cls, name, bounds)))
+    reduced, full = found
+    assert not full.passed
+    assert summary(reduced)[3] == summary(full)[3]
+
+
+def test_only_unreachable_finished_requests_are_forgotten() -> None:
+    """A finished request that anything but the harness's dict still refers to, or a lost one,
+    keeps its whole row in the key."""
+    from proofs.explorer.model_scheduler import _forgotten
+    from stateful_tests import infinilm_scheduler as sched
+
+    config = sched.Config(
+        num_blocks=4, block_size=2, max_batch_size=2, max_num_batched_tokens=8, mamba=False
+    )
+    h = sched.EngineHarness(ImplScheduler, config)
+    for rid in ("r0", "r1", "r2"):
+        h.add_request(rid, [0, 0, 0], 1, False, 0, False, False)
+    assert _forgotten(h) == set()  # queued: live and reachable
+    h.step([])  # prefill of r0 and r1; max_tokens 1: both finish
+    finished = {rid for rid, r in h.requests.items() if r.is_finished()}
+    assert finished and _forgotten(h) == finished
+    held = h.requests[sorted(finished)[0]]  # a second reference: reachable, so remembered
+    assert sorted(finished)[0] not in _forgotten(h)
+    del held
+    h.lost.add(sorted(finished)[-1])
+    assert sorted(finished)[-1] not in _forgotten(h)
+
+
+# --------------------------------------------------------------- copies kept after self-loops
+@pytest.mark.parametrize("component", ["vllm-arc", "vllm-lru"])
+def test_copies_kept_after_self_loops_give_the_same_search(
+    component: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offload copies serve the next call after a self-loop that left the hidden state alone: the
+    same states and verdicts as fresh copies for every call (a planted counter drift too)."""
+    from tests.test_explorer import CounterDriftOnLoadCompletion
+
+    comp = components.get(component)
+    variant = comp.variants[-1]
+    for target in (ImplManager, CounterDriftOnLoadCompletion):
+        bounds = OffloadBounds(variant=variant, capacity=2, keys=3)
+        model = OffloadModel(component, target, "t", bounds, comp.fixed_options)
+        kept = summary(explore(model))
+        with monkeypatch.context() as m:
+            m.setattr(model, "hidden", lambda obj: None)
+            assert summary(explore(model)) == kept
+
+
+def test_offload_hidden_state_is_what_the_snapshot_leaves_out() -> None:
+    """``_hidden`` changes with the counters the snapshot does not show, and is unknown (no
+    copies kept) for a manager with an attribute kvspec does not know."""
+    from proofs.explorer.model_offload import _clone_offload, _hidden
+    from stateful_tests.vllm_offload import Config, ManagerHarness
+
+    config = Config(policy="arc", variant="no_fallback", num_blocks=2, num_keys=3)
+    h = ManagerHarness(ImplManager, config)
+    copy = _clone_offload(h)
+    assert _hidden(copy) == _hidden(h) is not None
+    copy.m.stores_skipped_in_current_batch += 1
+    assert _hidden(copy) != _hidden(h)
+    copy = _clone_offload(h)
+    copy.m._num_evictable_cache_blocks += 1
+    assert _hidden(copy) != _hidden(h)
+    copy.m.extra = 1
+    assert _hidden(copy) is None
+
+
+def _explore_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    main(["explore", *args, "--json"])
+    document: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return document
+
+
+def test_a_pair_in_the_next_frontier_keeps_its_objects(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last call of a state runs on the pair's own objects only when no state of the next
+    frontier shares the pair (the prefix-cache model's pairs carry several generator models):
+    the same shortest counterexample as with copies for every call."""
+    args = ["vllm-prefix-cache", "--target", "mutant:same_block_twice_in_free_queue"]
+    consumed = _explore_json(args, capsys)
+    from proofs.explorer import engine
+
+    expand = engine.Expander.expand
+    monkeypatch.setattr(
+        engine.Expander, "expand", lambda self, pid, gid, last=False: expand(self, pid, gid)
+    )
+    copied = _explore_json(args, capsys)
+    found = [(v["check"], v["depth"]) for v in consumed["violations"]]
+    assert found == [(v["check"], v["depth"]) for v in copied["violations"]]
+    assert found == [("identical_eviction_order", 9)]
+    assert consumed["distinct_states"] == copied["distinct_states"]

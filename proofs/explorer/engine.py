@@ -17,6 +17,8 @@ object paired with it, identified by :meth:`Model.pair_key`) and the generator m
   a table per snapshot filled the first time. Anything unexpected (a difference, a "bad" input
   the spec accepts, a side that moved) re-decides the whole batch call by call on the original
   per-edge procedure, so verdicts and counterexamples are the same as without batching.
+* **Generator models as small ints.** Every generator model is interned once (``gens``, its hash
+  in ``gen_hash``); a state is (pair id, gen id), one int in the visited set.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ SELF = -1  # memo: a self-loop (neither the pair nor the generator model changes
 DROP = -2  # memo: a "bad" input the spec accepted (compared, not followed)
 SELF_HIT = (SELF, None, False)
 
-Successor = tuple[int, int, Any, tuple[Any, Any, Any] | None]  # (edge index, pair, gen, objects)
+# (edge index, pair id, gen id, objects or None)
+Successor = tuple[int, int, int, tuple[Any, Any, Any] | None]
 Found = tuple[list[int], Check]  # (edge indices from the expanded state, the failed check)
 
 
@@ -56,7 +59,12 @@ class Expander:
         self.pair_ids: dict[int, int] = {}  # fingerprint of a pair key -> pair id
         self.pair_fps: list[int] = []  # pair id -> fingerprint (portable across forked workers)
         self.objects: dict[int, tuple[Any, Any, Any]] = {}  # pair id -> (spec, target, snapshot)
-        self.memo: dict[int, tuple[int, Any, bool]] = {}  # pair id << 32 | call -> outcome
+        # pair id << 32 | call -> (successor pair or SELF/DROP, the spec's return value, raised)
+        self.memo: dict[int, tuple[int, Any, bool]] = {}
+        # generator models, interned: gen id -> model, its hash; model -> gen id
+        self.gens: list[Any] = []
+        self.gen_hash: list[int] = []
+        self.gen_ids: dict[Any, int] = {}
         self.edge_cache: dict[Hashable, tuple[list[Any], list[tuple[int, Any, int]]]] = {}
         # the spec's outcomes of read-only calls, per snapshot fingerprint (models whose spec
         # answers them from its snapshot alone: ``Model.spec_readonly_by_snapshot``)
@@ -66,16 +74,26 @@ class Expander:
         # (``Model.key_from_snapshot``: offload's renaming of keys is computed once per snapshot)
         self.by_snap: dict[int, int] | None = {} if model.key_from_snapshot else None
         self.checked: set[int] = set()  # snapshots whose state invariants hold
+        # a model's pair key from the snapshot's hash (``Model.pair_key_hashed``), if it has one
+        self.hashed_key: Callable[[int, Any, Any], Hashable] | None = getattr(
+            model, "pair_key_hashed", None
+        )
+        self.last_hash = 0  # hash(run.after) of the last judged run (judge)
         self.edges = self.executed = self.dropped = self.expanded = 0
 
     # ------------------------------------------------------------------ pairs
-    def pair(self, spec: Any, target: Any, snap: Any) -> int:
+    def pair(self, spec: Any, target: Any, snap: Any, snap_hash: int | None = None) -> int:
+        """The pair's id (``snap_hash``: ``hash(snap)``, where the caller has it already)."""
         if self.by_snap is not None:  # the key is a function of the snapshot: skip making it
-            raw = hash(snap)
+            raw = hash(snap) if snap_hash is None else snap_hash
             found = self.by_snap.get(raw)
             if found is not None:
                 return found
-        fp = hash(self.model.pair_key(snap, spec, target))
+        hashed = self.hashed_key
+        if hashed is not None:
+            fp = hash(hashed(hash(snap) if snap_hash is None else snap_hash, spec, target))
+        else:
+            fp = hash(self.model.pair_key(snap, spec, target))
         pid = self.pair_ids.get(fp)
         if pid is None:
             pid = self.pair_ids[fp] = len(self.pair_fps)
@@ -83,6 +101,19 @@ class Expander:
         if self.by_snap is not None:
             self.by_snap[raw] = pid
         return pid
+
+    def gid(self, gen: Any) -> int:
+        """The generator model's small int (interned on first sight)."""
+        found = self.gen_ids.get(gen)
+        if found is None:
+            found = self.gen_ids[gen] = len(self.gens)
+            self.gens.append(gen)
+            self.gen_hash.append(hash(gen))
+        return found
+
+    def fingerprint(self, pid: int, gid: int) -> int:
+        """A state's 64-bit fingerprint, equal in every forked worker (pair and gen hashes)."""
+        return hash((self.pair_fps[pid], self.gen_hash[gid]))
 
     def keep(self, pid: int, objects: tuple[Any, Any, Any]) -> None:
         self.objects.setdefault(pid, objects)
@@ -106,7 +137,7 @@ class Expander:
         target's equals the spec's by then), then the target's hidden state."""
         problem: Check | None = run.problem
         if problem is None:
-            h = hash(run.after)
+            h = self.last_hash = hash(run.after)
             if h not in self.checked:
                 problem = _state_invariants(self.model, run.after)
                 self.checked.add(h)
@@ -139,13 +170,20 @@ class Expander:
         return edges, rows
 
     # ------------------------------------------------------------------ expansion
-    def expand(self, pid: int, gen: Any) -> tuple[list[Successor], Found | None]:
-        """Every successor of state (pair ``pid``, ``gen``), or the first failed check."""
+    def expand(
+        self, pid: int, gid: int, last: bool = False
+    ) -> tuple[list[Successor], Found | None]:
+        """Every successor of state (pair ``pid``, gen id ``gid``), or the first failed check.
+
+        ``last``: no other state will use this pair's objects (the caller's frontier holds it
+        once, and it is not kept for a memo): without a memo, the last call runs on the objects
+        themselves instead of on copies, and the pair's objects are dropped."""
         spec_p, target_p, snap = self.objects[pid]
+        gen = self.gens[gid]
         # (read per state: a model may find out mid-search that its key is not whole-state)
         memo = self.memo if self.use_memo and self.model.memo else None
         self.expanded += 1
-        if not self.expanded & 255:
+        if not self.expanded & 1023:
             # The search runs with the collector off (a full collection would rescan the visited
             # tables and the memo); raised exceptions lose their tracebacks (_call), so cycles
             # are rare and young: collecting the young generation now and then frees them.
@@ -159,22 +197,22 @@ class Expander:
             for row in rows:
                 (readonly if row[1].readonly else mutating).append(row)
         else:
-            get, base = memo.get, pid << 32
+            get, base, intern = memo.get, pid << 32, self.gid
             for row in rows:
                 hit = get(base | row[2])
                 if hit is None:
                     (readonly if row[1].readonly else mutating).append(row)
                     continue
-                index, edge = row[0], row[1]
                 succ = hit[0]
                 if succ < 0:  # SELF or DROP
                     if succ == DROP:
                         self.dropped += 1
                     continue
-                then = edge.then
-                out.append(
-                    (index, succ, gen if hit[2] or then is None else then(gen, hit[1]), None)
-                )
+                then = row[1].then
+                if hit[2] or then is None:
+                    out.append((row[0], succ, gid, None))
+                else:  # (the row's own edge: one call may update two holders differently)
+                    out.append((row[0], succ, intern(then(gen, hit[1])), None))
         # The working copies (``None``: not made yet). Lazy cloning (memo models only): every call
         # runs on them; they are copied afresh only after a call moved them (they become that
         # successor's objects). A self-loop leaves them with the pair key they started with — the
@@ -187,16 +225,27 @@ class Expander:
             ok, ws = self._batch(pid, gen, readonly, memo, wt)
             if not ok:
                 ws = wt = None
-                found = self._exact_readonly(pid, gen, readonly, out)
+                found = self._exact_readonly(pid, gid, readonly, out)
                 if found is not None:
                     return out, found
         reuse = self.model.memo
         run_cls, dup, model = self.run_cls, self.dup, self.model
+        final = mutating[-1][0] if last and memo is None and not reuse and mutating else -1
+        # Without a whole-state pair key, copies serve a next call only after a self-loop that
+        # left both sides' snapshots and everything else (``Model.hidden``) as they were.
+        hidden = None if reuse else model.hidden
+        before: tuple[Any, Any] | None = None
+        unmoved = False
         for index, edge, ident in mutating:
-            if ws is None or not reuse:
-                ws = dup(spec_p)
-            if wt is None or not reuse:
-                wt = dup(target_p)
+            if index == final:  # the last use of the pair's objects: no copies
+                ws, wt = spec_p, target_p
+                self.objects.pop(pid, None)
+            else:
+                if ws is None or not (reuse or unmoved):
+                    ws = dup(spec_p)
+                if wt is None or not (reuse or unmoved):
+                    wt = dup(target_p)
+            unmoved = False
             run = run_cls(model, edge, ws, wt, snap, gen)
             self.executed += 1
             problem = self.judge(edge, snap, run)
@@ -210,21 +259,32 @@ class Expander:
                 ws = wt = None
                 continue
             if not reuse and run.after == snap and run.gen == gen:
-                continue  # a self-loop by the snapshot (the target was compared; nothing new)
-            succ = self.pair(ws, wt, run.after)
+                # a self-loop by the snapshot (the target was compared; nothing new)
+                if hidden is not None and index != final:
+                    if before is None:
+                        before = (hidden(spec_p), hidden(target_p))
+                    unmoved = (
+                        before[0] is not None
+                        and before[1] is not None
+                        and hidden(ws) == before[0]
+                        and hidden(wt) == before[1]
+                    )
+                continue
+            succ = self.pair(ws, wt, run.after, self.last_hash)
+            fixed = raised or edge.then is None  # the generator model stays as it is
+            g = gid if fixed or run.gen is gen else self.gid(run.gen)
             if memo is not None:
-                keep = None if raised or edge.then is None else run.s_out.returned
                 memo[pid << 32 | ident] = (
-                    SELF if succ == pid and keep is None else succ,
-                    keep,
+                    SELF if succ == pid and fixed else succ,
+                    None if fixed else run.s_out.returned,
                     raised,
                 )
             if succ != pid or not reuse:
-                if succ != pid or run.gen != gen:
-                    out.append((index, succ, run.gen, (ws, wt, run.after)))
+                if succ != pid or g != gid:
+                    out.append((index, succ, g, (ws, wt, run.after)))
                 ws = wt = None
-            elif run.gen != gen:
-                out.append((index, succ, run.gen, None))  # the pair's own objects serve
+            elif g != gid:
+                out.append((index, succ, g, None))  # the pair's own objects serve
         return out, None
 
     def _batch(
@@ -306,13 +366,14 @@ class Expander:
         return True, spec
 
     def _exact_readonly(
-        self, pid: int, gen: Any, edges: list[tuple[int, Any, int]], out: list[Successor]
+        self, pid: int, gid: int, edges: list[tuple[int, Any, int]], out: list[Successor]
     ) -> Found | None:
         """The per-edge procedure for read-only calls: one shared copy of each side while calls
         leave them as they were; ``history`` is the calls the shared target has seen (a failure
         that only reproduces after them keeps them in the counterexample)."""
         model, run_cls, dup = self.model, self.run_cls, self.dup
         spec_p, target_p, snap = self.objects[pid]
+        gen = self.gens[gid]
         shared: list[Any] = []
         history: list[int] = []
         for index, edge, _ in edges:
@@ -341,13 +402,14 @@ class Expander:
                 self.dropped += 1  # the spec accepted a "bad" input: not followed
                 continue
             succ = self.pair(run.spec, run.target, run.after)
-            out.append((index, succ, run.gen, (run.spec, run.target, run.after)))
+            out.append((index, succ, self.gid(run.gen), (run.spec, run.target, run.after)))
         return None
 
-    def materialize(self, pid: int, gen: Any, index: int) -> tuple[Any, Any, Any]:
-        """The objects of the successor of (``pid``, ``gen``) by edge ``index`` — a remembered
-        transition whose objects were dropped — by running the call again on copies."""
+    def materialize(self, pid: int, gid: int, index: int) -> tuple[Any, Any, Any]:
+        """The objects of the successor of (``pid``, gen id ``gid``) by edge ``index`` — a
+        remembered transition whose objects were dropped — by running the call again on copies."""
         spec_p, target_p, snap = self.objects[pid]
+        gen = self.gens[gid]
         edge = self._edges(snap, gen, spec_p)[index]
         run = self.run_cls(self.model, edge, self.dup(spec_p), self.dup(target_p), snap, gen)
         self.executed += 1
@@ -365,7 +427,17 @@ class _Run:
         self.s_out = s_out = _call(spec, edge)
         self.t_out = t_out = _call(target, edge)
         self.after = None
-        problem = compare_outcomes(s_out, t_out)
+        s_exc, t_exc = s_out.raised, t_out.raised
+        # the cheap agreement first (one exception class, or equal values): compare_outcomes only
+        # where it may find a difference
+        if (
+            (type(s_exc) is type(t_exc) if s_exc is not None else t_exc is None)
+            and (s_exc is not None or s_out.returned == t_out.returned)
+            and s_out.args_after == t_out.args_after
+        ):
+            problem = None
+        else:
+            problem = compare_outcomes(s_out, t_out)
         if problem is None:
             reader = model.reader
             raised = s_out.raised
@@ -376,12 +448,23 @@ class _Run:
             else:
                 self.after = after = reader(spec)
             target_snap = reader(target)
-            problem = compare_snapshots(after, target_snap, model.snapshot_checks)
+            if target_snap != after:
+                problem = compare_snapshots(after, target_snap, model.snapshot_checks)
             if problem is None and raised is not None and model.validate_first(edge.method, raised):
                 problem = atomic_failure_check(edge.method, raised, snap, target_snap)
             if problem is None and raised is None and edge.then is not None:
                 self.gen = edge.then(gen, s_out.returned)
         self.problem = problem
+
+
+def _freeze(value: Any) -> Any:
+    """``value`` as a hashable value (lists and tuples as tagged tuples, recursively)."""
+    t = type(value)
+    if t is list or t is tuple:
+        return (t is list, tuple(_freeze(v) for v in value))
+    if t is dict:
+        return (dict, tuple((k, _freeze(v)) for k, v in value.items()))
+    return value
 
 
 def _state_invariants(model: Any, target_snap: Any) -> Check | None:

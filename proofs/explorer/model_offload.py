@@ -229,6 +229,35 @@ def _clone_offload(h: ManagerHarness) -> ManagerHarness:
     return harness
 
 
+def _hidden(h: Any) -> Hashable | None:
+    """What :func:`fast_read` leaves out of a harness around kvspec's own offload manager and
+    policy (the shape :func:`_clone_offload` copies field by field): the manager's evictable
+    counter and skipped-store count, and the policy's key tables in order. Every other attribute
+    is in the snapshot or a setting no call changes. ``None`` for any other shape."""
+    if type(h) is not ManagerHarness:
+        return None
+    m = h.m
+    policy = getattr(m, "_policy", None)
+    if (
+        not hasattr(m, "__dict__")
+        or not m.__dict__.keys() <= _MANAGER_ATTRIBUTES
+        or not hasattr(policy, "__dict__")
+        or not policy.__dict__.keys() <= _POLICY_ATTRIBUTES
+        or m.events
+        or not _settings_are_atoms(m.__dict__)
+    ):
+        return None
+    state = policy.__dict__
+    return (
+        m.__dict__.get("_num_evictable_cache_blocks"),
+        m.__dict__.get("stores_skipped_in_current_batch"),
+        *(
+            None if state.get(name) is None else tuple(state[name].items())
+            for name in ("evictable_blocks", "counts")
+        ),
+    )
+
+
 class OffloadModel(Model):
     """The offload manager alphabet for one policy variant (ARC or LRU)."""
 
@@ -270,6 +299,9 @@ class OffloadModel(Model):
 
     def validate_first(self, method: str, exc: BaseException) -> bool:
         return True  # every raising manager call validates first
+
+    def hidden(self, obj: Any) -> Hashable | None:
+        return _hidden(obj)
 
     def trace_config(self) -> dict[str, Any]:
         return self.config.to_json()

@@ -26,6 +26,7 @@ from spec.infinilm.scheduler import RequestQueue, SpeculativeCacheOps
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
 from stateful_tests import infinilm_scheduler as sched
 from stateful_tests.lockstep import Check, Outcome
+from stateful_tests.sealed import sealed
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class SchedulerBounds:
     connector: bool = False
     speculation: bool = False
     soundness: bool = False
+    forget_finished: bool = True
 
     HELP: ClassVar[dict[str, str]] = {
         "pages": "pages in the pool (at most 8)",
@@ -68,6 +70,10 @@ class SchedulerBounds:
         "connector": "a scripted PD connector and its events",
         "speculation": "draft tokens in decode steps",
         "soundness": "also fail when a decode step runs out of pages without draft tokens",
+        "forget_finished": (
+            "finished requests no code can reach any more keyed by their snapshot row only "
+            "(their prompt, max_tokens and generated tokens no longer split states)"
+        ),
     }
 
     @classmethod
@@ -308,7 +314,11 @@ class SchedulerModel(Model):
         return {**self.options, "soundness": self.b.soundness or None}
 
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
-        return (snap, _harness_extras(spec), _harness_extras(target))
+        forget = self.b.forget_finished
+        return (snap, _harness_extras(spec, forget), _harness_extras(target, forget))
+
+    def reductions(self) -> dict[str, bool]:
+        return {"forget_finished": self.b.forget_finished}
 
     def observable(self, snap: Any, gen: Any) -> Hashable:
         return snap  # type: ignore[no-any-return]
@@ -407,21 +417,52 @@ class SchedulerModel(Model):
 _TERMINAL_NAMES = frozenset({"FINISHED", "CANCELED", "TIMEOUT", "FAILED"})
 
 
-def _harness_extras(h: Any) -> tuple[Any, ...]:
+def _forgotten(h: Any) -> set[str]:
+    """The ids of ``h``'s finished requests that only its ``requests`` dict refers to (and not
+    lost: a lost request is live to the harness)."""
+    out: set[str] = set()
+    requests, lost = h.requests, h.lost
+    for rid in list(requests):
+        if rid in lost or not sealed(requests, rid):  # (sealed first: no extra reference yet)
+            continue
+        status = getattr(requests[rid], "status", None)
+        if getattr(status, "name", None) in _TERMINAL_NAMES:
+            out.add(rid)
+    return out
+
+
+def _harness_extras(h: Any, forget_finished: bool = False) -> tuple[Any, ...]:
     """What the scheduler snapshot leaves out but the future depends on: each request's prompt,
     max_tokens, multimodal flag and generated tokens, the connector's plan, requests lost to an
-    out-of-pages step, and the hash tables of the sets (eviction order, id sets)."""
+    out-of-pages step, and the hash tables of the sets (eviction order, id sets).
+
+    ``forget_finished``: a finished request that nothing but the harness's ``requests`` dict
+    refers to (:func:`~stateful_tests.sealed.sealed`: no scheduler queue, table or id set can
+    reach it) is keyed by its id alone — its snapshot row is in the snapshot. Nothing reads the
+    rest again: the alphabet names live requests only (aborts, admission queries, step plans),
+    the harness hands a request out only for those events (an abort of a finished request
+    returns False after reading its status), and the harness invariants read the snapshot, the
+    lost set and the schedulers' own queues. So two states that differ only in a finished
+    request's prompt, budget or output have the same future on both sides."""
     s = h.s
-    requests = tuple(
-        (
-            rid,
-            tuple(r.prompt_token_ids),
-            r.sampling_params.max_tokens,
-            r.has_multimodal_inputs,
-            tuple(r._generated_token_ids),
+    requests = h.requests
+    gone = _forgotten(h) if forget_finished else ()
+    rows: list[tuple[Any, ...]] = []
+    for rid in sorted(requests):
+        if rid in gone:
+            rows.append((rid,))
+            continue
+        r = requests[rid]
+        rows.append(
+            (
+                rid,
+                tuple(r.prompt_token_ids),
+                r.sampling_params.max_tokens,
+                r.has_multimodal_inputs,
+                tuple(r._generated_token_ids),
+            )
         )
-        for rid, r in sorted(h.requests.items())
-    )
+    requests = tuple(rows)
     plan = tuple(sorted(h.connector.plan.items())) if h.connector is not None else ()
     bm = s.cache_manager
     sets = (

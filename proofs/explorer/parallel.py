@@ -150,8 +150,8 @@ class _PortableExpander(Expander):
         super().__init__(model, well_formed=well_formed, memo=memo)
         self.routes: list[int] = []
 
-    def pair(self, spec: Any, target: Any, snap: Any) -> int:
-        pid = super().pair(spec, target, snap)
+    def pair(self, spec: Any, target: Any, snap: Any, snap_hash: int | None = None) -> int:
+        pid = super().pair(spec, target, snap, snap_hash)
         if pid == len(self.routes):
             self.routes.append(stable_digest(self.model.observable(snap, ())))
         return pid
@@ -167,36 +167,38 @@ class _Worker:
         self.routes = exp.routes if isinstance(exp, _PortableExpander) else exp.pair_fps
         self.seen: set[int] = set()
         self.observed: set[int] = set()
-        self.frontier: list[tuple[Path, int, Any]] = []
-        self.nxt: list[tuple[Path, int, Any]] = []
+        self.frontier: list[tuple[Path, int, int]] = []
+        self.nxt: list[tuple[Path, int, int]] = []
         self.sent: set[int] = set()  # fingerprints already sent to their owner
 
     def accept(
-        self, fp: int, path: Path, pid: int, gen: Any, objects: tuple[Any, Any, Any]
+        self, fp: int, path: Path, pid: int, gid: int, objects: tuple[Any, Any, Any]
     ) -> Check | None:
-        """A new owned state: its checks, then into the next frontier."""
+        """A new owned state (gen id ``gid``): its checks, then into the next frontier."""
         spec, target, snap = objects
+        gen = self.exp.gens[gid]
         problem: Check | None = self.exp.model.state_checks(snap, gen, spec, target)
         if problem is None:
             self.exp.keep(pid, objects)
             self.seen.add(fp)
             seen = self.exp.model.observable(snap, gen)
             self.observed.add(stable_digest(seen) if self.portable else hash(seen))
-            self.nxt.append((path, pid, gen))
+            self.nxt.append((path, pid, gid))
         return problem
 
     def expand(self, deadline: float | None) -> tuple[Any, ...]:
         exp, n, wid = self.exp, self.n, self.wid
         outgoing: list[list[tuple[int, Path]]] = [[] for _ in range(n)]
         fps, routes = exp.pair_fps, self.routes
-        for done, (path, pid, gen) in enumerate(self.frontier):
+        ghash = exp.gen_hash
+        for done, (path, pid, gid) in enumerate(self.frontier):
             if deadline is not None and time.perf_counter() > deadline:
                 return ("deadline", outgoing, len(self.frontier) - done)
-            successors, found = exp.expand(pid, gen)
+            successors, found = exp.expand(pid, gid)
             if found is not None:
                 return ("found", (*path, *found[0]), found[1])
             for index, succ, g, objects in successors:
-                fp = hash((fps[succ], g))
+                fp = hash((fps[succ], ghash[g]))
                 owner = routes[succ] % n  # by pair: every state of a pair meets that pair's memo
                 if owner != wid:
                     if fp not in self.sent:
@@ -205,7 +207,7 @@ class _Worker:
                     continue
                 if fp in self.seen:
                     continue
-                objects = objects or exp.objects.get(succ) or exp.materialize(pid, gen, index)
+                objects = objects or exp.objects.get(succ) or exp.materialize(pid, gid, index)
                 problem = self.accept(fp, (*path, index), succ, g, objects)
                 if problem is not None:
                     return ("found", (*path, index), problem)
@@ -217,11 +219,12 @@ class _Worker:
                 continue
             spec, target, snap, gen = replay(self.exp, path)
             pid = self.exp.pair(spec, target, snap)
+            gid = self.exp.gid(gen)
             if self.portable:  # the sender's number means nothing here: this process's own
-                fp = hash((self.exp.pair_fps[pid], gen))
+                fp = self.exp.fingerprint(pid, gid)
                 if fp in self.seen:
                     continue
-            problem = self.accept(fp, path, pid, gen, (spec, target, snap))
+            problem = self.accept(fp, path, pid, gid, (spec, target, snap))
             if problem is not None:
                 return ("found", path, problem)
         self.frontier, self.nxt = self.nxt, []
@@ -256,7 +259,8 @@ def explore_layers(
         spec, target, snap, gen = replay(me.exp, ())  # fingerprinted with this worker's hash
         pid = me.exp.pair(spec, target, snap)
         if me.routes[pid] % n == wid:
-            me.accept(hash((me.exp.pair_fps[pid], gen)), (), pid, gen, (spec, target, snap))
+            gid = me.exp.gid(gen)
+            me.accept(me.exp.fingerprint(pid, gid), (), pid, gid, (spec, target, snap))
             me.frontier, me.nxt = me.nxt, []
         while True:
             message = conn.recv()

@@ -27,13 +27,14 @@ from __future__ import annotations
 import gc
 import time
 from array import array
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from proofs.explorer.engine import Expander, _state_invariants, peak_mb
+from proofs.explorer.engine import Expander, _freeze, _state_invariants, peak_mb
 from proofs.explorer.set_clone import clone, cloner_ready
 from stateful_tests.lockstep import (
     Check,
@@ -91,12 +92,6 @@ class Edge:
 
 
 _IDENTS: dict[Hashable, int] = {}  # every call seen, numbered (a process-wide, growing table)
-
-
-def _freeze(value: Any) -> Any:
-    if type(value) is list or type(value) is tuple:
-        return (type(value) is list, tuple(_freeze(v) for v in value))
-    return value
 
 
 def rejected(method: str, args: tuple[Any, ...]) -> Edge:
@@ -174,6 +169,12 @@ class Model:
 
     def validate_first(self, method: str, exc: BaseException) -> bool:
         return False
+
+    def hidden(self, obj: Any) -> Hashable | None:
+        """What the snapshot leaves out of one side's state, as a value (``None``: not known for
+        this object). With it, a model without a whole-state pair key lets the copies a call left
+        as they were (equal snapshots, equal hidden state) serve the next call."""
+        return None
 
     def edge_checks(
         self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any
@@ -387,43 +388,51 @@ def _serial(
     progress: Progress | None,
 ) -> tuple[tuple[list[int], Check] | None, str | None, int]:
     """Layer by layer in this process: (counterexample path and check, stop reason, states left
-    unexpanded). Visited states are 64-bit fingerprints of (pair fingerprint, gen), as TLC does."""
+    unexpanded). Visited states are (pair id, gen id) packed into one int: pairs are numbered by
+    the 64-bit fingerprints of their keys, as TLC does, and generator models interned."""
     model = exp.model
     pid0, gen0 = start
-    fps = exp.pair_fps
-    seen: set[int] = {hash((fps[pid0], gen0))}
+    gid0 = exp.gid(gen0)
+    # a state is (pair id, gen id): its key packs both, exactly (no fingerprint collisions here)
+    seen: set[int] = {pid0 << 32 | gid0}
     observed: set[int] = {hash(model.observable(exp.objects[pid0][2], gen0))}
     parent = array("q", [-1])  # state id -> parent id
     via = array("l", [-1])  # state id -> index of the edge from the parent
-    frontier: list[tuple[int, int, Any]] = [(0, pid0, gen0)]
+    frontier: list[tuple[int, int, int]] = [(0, pid0, gid0)]
     result.states_per_depth = per_depth = [1]
     layer = unexpanded = 0
     stop: str | None = None
     last_report = 0.0
+    gens = exp.gens
     while frontier:
         if depth is not None and layer >= depth:
             result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
             return None, "depth", len(frontier)
-        nxt: list[tuple[int, int, Any]] = []
-        for position, (sid, pid, gen) in enumerate(frontier):
-            successors, found = exp.expand(pid, gen)
+        nxt: list[tuple[int, int, int]] = []
+        left = Counter(pid for _, pid, _ in frontier)  # frontier states still to use each pair
+        kept: set[int] = set()  # pairs of the next frontier (they keep their objects)
+        for position, (sid, pid, gid) in enumerate(frontier):
+            left[pid] -= 1
+            successors, found = exp.expand(pid, gid, not left[pid] and pid not in kept)
             if found is None:
                 for index, succ, g, objects in successors:
-                    fp = hash((fps[succ], g))
-                    if fp in seen:
+                    key = succ << 32 | g
+                    if key in seen:
                         continue
-                    objects = objects or exp.objects.get(succ) or exp.materialize(pid, gen, index)
+                    objects = objects or exp.objects.get(succ) or exp.materialize(pid, gid, index)
                     spec, target, snap = objects
-                    problem = model.state_checks(snap, g, spec, target)
+                    gen = gens[g]
+                    problem = model.state_checks(snap, gen, spec, target)
                     if problem is not None:
                         found = ([index], problem)
                         break
                     exp.keep(succ, objects)
-                    seen.add(fp)
-                    observed.add(hash(model.observable(snap, g)))
+                    seen.add(key)
+                    observed.add(hash(model.observable(snap, gen)))
                     parent.append(sid)
                     via.append(index)
                     nxt.append((len(parent) - 1, succ, g))
+                    kept.add(succ)
                     result.max_depth = layer + 1
                     if max_states is not None and len(seen) >= max_states:
                         stop = "max_states"
