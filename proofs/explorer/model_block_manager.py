@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
 
-from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.search import Edge, Model, check_ranges, rejected
 from proofs.explorer.set_classes import MAX_IDS, layout_classes
 from proofs.explorer.set_clone import clone, clone_set, set_layout
 from spec import invariants as inv
@@ -61,16 +61,16 @@ class BlockManagerBounds:
     }
 
     def validate(self) -> None:
-        for name, lo, hi in (
-            ("pages", 1, 8),
-            ("block_size", 1, 8),
-            ("vocab", 1, 8),
-            ("tables", 1, 8),
-            ("tokens", 1, 64),
-        ):
-            value = getattr(self, name)
-            if not lo <= value <= hi:
-                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+        check_ranges(
+            self,
+            (
+                ("pages", 1, 8),
+                ("block_size", 1, 8),
+                ("vocab", 1, 8),
+                ("tables", 1, 8),
+                ("tokens", 1, 64),
+            ),
+        )
 
 
 _REF, _HASH = attrgetter("ref_count"), attrgetter("hash")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, ClassVar
 
-from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.search import Edge, Model, check_ranges, rejected
 from proofs.explorer.set_clone import clone
 from spec import invariants as inv
 from spec.vllm import BlockStatus
@@ -62,16 +62,16 @@ class OffloadBounds:
     }
 
     def validate(self) -> None:
-        for name, lo, hi in (
-            ("capacity", 1, 8),
-            ("keys", 1, 12),
-            ("store_width", 1, 6),
-            ("touch_width", 1, 6),
-            ("max_loads", 1, 4),
-        ):
-            value = getattr(self, name)
-            if not lo <= value <= hi:
-                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+        check_ranges(
+            self,
+            (
+                ("capacity", 1, 8),
+                ("keys", 1, 12),
+                ("store_width", 1, 6),
+                ("touch_width", 1, 6),
+                ("max_loads", 1, 4),
+            ),
+        )
 
 
 def _relabel(snap: Any) -> tuple[Any, ...]:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from impl.vllm.block_pool import KVCacheBlock as ImplBlock
 from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
-from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.search import Edge, Model, check_ranges, rejected
 from proofs.explorer.set_clone import clone
 from spec import invariants as inv
 from spec.vllm.block_pool import KVCacheBlock as SpecBlock
@@ -60,18 +60,18 @@ class PrefixCacheBounds:
     }
 
     def validate(self) -> None:
-        for name, lo, hi in (
-            ("blocks", 2, 8),
-            ("block_size", 1, 4),
-            ("max_model_len", 2, 12),
-            ("requests", 1, 5),
-            ("prompt_tokens", 1, 8),
-            ("vocab", 1, 3),
-            ("gen_vocab", 1, 3),
-        ):
-            value = getattr(self, name)
-            if not lo <= value <= hi:
-                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+        check_ranges(
+            self,
+            (
+                ("blocks", 2, 8),
+                ("block_size", 1, 4),
+                ("max_model_len", 2, 12),
+                ("requests", 1, 5),
+                ("prompt_tokens", 1, 8),
+                ("vocab", 1, 3),
+                ("gen_vocab", 1, 3),
+            ),
+        )
         if self.prompt_tokens >= self.max_model_len:
             raise ValueError("prompt-tokens must be below max-model-len")
 

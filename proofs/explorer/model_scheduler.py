@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from impl.infinilm.scheduler import Scheduler as ImplScheduler
 from proofs.explorer.model_block_manager import _block_manager_cloner, _bm_tables, _table
-from proofs.explorer.search import Edge, Model
+from proofs.explorer.search import Edge, Model, check_ranges
 from proofs.explorer.set_clone import _ATOMIC, clone, clone_set
 from spec.infinilm.request import InferenceRequest, SamplingParams
 from spec.infinilm.scheduler import RequestQueue, SpeculativeCacheOps
@@ -85,20 +85,20 @@ class SchedulerBounds:
         return cls(**values)
 
     def validate(self) -> None:
-        for name, lo, hi in (
-            ("pages", 1, 8),
-            ("block_size", 1, 8),
-            ("batch", 1, 8),
-            ("budget", 1, 256),
-            ("requests", 1, 6),
-            ("prompt_tokens", 1, 16),
-            ("max_new", 1, 16),
-            ("vocab", 1, 4),
-            ("gen_vocab", 1, 4),
-        ):
-            value = getattr(self, name)
-            if not lo <= value <= hi:
-                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+        check_ranges(
+            self,
+            (
+                ("pages", 1, 8),
+                ("block_size", 1, 8),
+                ("batch", 1, 8),
+                ("budget", 1, 256),
+                ("requests", 1, 6),
+                ("prompt_tokens", 1, 16),
+                ("max_new", 1, 16),
+                ("vocab", 1, 4),
+                ("gen_vocab", 1, 4),
+            ),
+        )
 
 
 _RIDS = tuple(sys.intern(f"r{i}") for i in range(8))  # interned: set tables hold their addresses

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from impl.sglang.radix_cache import RadixCache as ImplCache
 from impl.sglang.radix_cache import TreeNode
-from proofs.explorer.search import Edge, Model, rejected
+from proofs.explorer.search import Edge, Model, check_ranges, rejected
 from spec import invariants as inv
 from spec.sglang.radix_cache import RadixCache
 from spec.sglang.radix_cache import RadixCache as SpecCache
@@ -57,18 +57,18 @@ class RadixCacheBounds:
     }
 
     def validate(self) -> None:
-        for name, lo, hi in (
-            ("pages", 1, 8),
-            ("page_size", 1, 4),
-            ("requests", 1, 5),
-            ("live", 1, 4),
-            ("prompt_tokens", 1, 6),
-            ("vocab", 1, 3),
-            ("max_len", 1, 8),
-        ):
-            value = getattr(self, name)
-            if not lo <= value <= hi:
-                raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+        check_ranges(
+            self,
+            (
+                ("pages", 1, 8),
+                ("page_size", 1, 4),
+                ("requests", 1, 5),
+                ("live", 1, 4),
+                ("prompt_tokens", 1, 6),
+                ("vocab", 1, 3),
+                ("max_len", 1, 8),
+            ),
+        )
         if self.prompt_tokens > self.max_len:
             raise ValueError("prompt-tokens must be at most max-len")
 

@@ -99,6 +99,15 @@ def rejected(method: str, args: tuple[Any, ...]) -> Edge:
     return Edge(method, args, readonly=True, bad=True)
 
 
+def check_ranges(bounds: Any, ranges: tuple[tuple[str, int, int], ...]) -> None:
+    """``ValueError`` naming the command-line option of the first bound of ``bounds`` outside its
+    ``(name, lo, hi)`` range (inclusive)."""
+    for name, lo, hi in ranges:
+        value = getattr(bounds, name)
+        if not lo <= value <= hi:
+            raise ValueError(f"{name.replace('_', '-')} must be in [{lo}, {hi}], got {value}")
+
+
 class Model:
     """A component's alphabet, checks and trace format (one subclass per component)."""
 
