@@ -481,7 +481,11 @@ _BUILTIN: tuple[Component, ...] = (
         checker="stateful_tests.sglang_radix_cache:CHECKER",
         variants=("lru", "fifo", "mru"),
         variant_keyword="eviction_policy",
-        targets={"sglang": "kvspec.sglang_adapter:SglangRadixCache"},
+        targets={
+            "sglang": "kvspec.sglang_adapter:SglangRadixCache",
+            "sglang-unified": "kvspec.sglang_adapter:SglangUnifiedRadixCache",
+            "sglang-unified-rust": "kvspec.sglang_adapter:SglangUnifiedRustRadixCache",
+        },
         mutants="stateful_tests.mutants_sglang:RADIX_CACHE_MUTANTS",
         explorer=ExplorerPlan(
             "proofs.explorer:RadixCacheModel",
