@@ -479,7 +479,7 @@ _BUILTIN: tuple[Component, ...] = (
         impl="impl.sglang.radix_cache:RadixCache",
         required_api=_SGLANG_RADIX_API,
         checker="stateful_tests.sglang_radix_cache:CHECKER",
-        variants=("lru", "fifo", "mru"),
+        variants=("lru", "fifo", "mru", "unified-lru", "unified-fifo", "unified-mru"),
         variant_keyword="eviction_policy",
         targets={
             "sglang": "kvspec.sglang_adapter:SglangRadixCache",

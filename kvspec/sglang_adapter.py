@@ -74,6 +74,11 @@ def _import(name: str) -> Any:
         raise TargetError(f"--target sglang needs an importable {name} ({reason})") from exc
 
 
+def listed(out: Any) -> list[int] | None:
+    """A tensor of slots as a list (``None`` stays ``None``)."""
+    return None if out is None else [int(x) for x in out.tolist()]
+
+
 _BUILT: dict[str, type] = {}
 
 
@@ -105,9 +110,6 @@ def _build_radix_adapter() -> type:
 
     def tensor(values: Sequence[int]) -> Any:
         return torch.tensor(list(values), dtype=torch.int64)
-
-    def listed(out: Any) -> list[int] | None:
-        return None if out is None else [int(x) for x in out.tolist()]
 
     class AllocatorView:
         """Upstream's allocator with list arguments and results."""
@@ -362,10 +364,13 @@ def _build_unified_adapter(radix_adapter: type, backend: str) -> type:
         the same allocators, with kvspec's plain API; node handles are ``NodeId`` integers."""
 
         tree_core_backend = backend
+        kvspec_variant = "unified-lru"  # checked against the spec's unified-* variants
 
-        def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
+        def __init__(
+            self, size: int, page_size: int = 1, eviction_policy: str = "unified-lru"
+        ) -> None:
             self.receipts: dict[Any, Any] = {}  # node -> the receipt of its last lock
-            super().__init__(size, page_size, eviction_policy)
+            super().__init__(size, page_size, eviction_policy.removeprefix("unified-"))
 
         def _receipt(self, node: Any) -> Any:
             return self.receipts[node]
@@ -395,6 +400,18 @@ def _build_unified_adapter(radix_adapter: type, backend: str) -> type:
             params = super()._insert_params(key, value)
             params.prev_prefix_len = len(params.key)
             return params
+
+        def insert_result(
+            self, key: Sequence[int], value: Sequence[int], prev_prefix_len: int | None = None
+        ) -> tuple[int, Any]:
+            """Upstream's insert with ``prev_prefix_len`` (``None``: free nothing)."""
+            params = super()._insert_params(key, value)
+            params.prev_prefix_len = len(params.key) if prev_prefix_len is None else prev_prefix_len
+            result = self.upstream.insert(params)
+            return int(result.prefix_len), result.last_device_node
+
+        def path_slots(self, node: Any) -> list[int]:
+            return listed(self.upstream.path_device_indices(node)) or []
 
         def inc_lock_ref(self, node: Any) -> int:
             """Upstream's ``delta`` counts the tokens that became protected; kvspec's (and
