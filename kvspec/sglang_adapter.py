@@ -31,6 +31,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import itertools
+import os
+import re
+import sys
+import tempfile
 from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -252,6 +256,7 @@ def _build_radix_adapter() -> type:
             def insert(params: Any) -> Any:  # the first insert's result: the cached length
                 result = upstream_insert(params)
                 found.append(int(result.prefix_len))
+                self._inserted(params, result)
                 return result
 
             tree.insert = insert
@@ -268,6 +273,9 @@ def _build_radix_adapter() -> type:
                 int(req.kv.cache_protected_len),
                 req.lock.node,
             )
+
+        def _inserted(self, params: Any, result: Any) -> None:
+            """Called with each insert ``checkpoint`` makes (the Rust adapter learns its node)."""
 
         def _receipt(self, node: Any) -> Any:
             """The lock receipt ``dec_lock_ref`` of ``node`` takes (none for ``RadixCache``)."""
@@ -431,10 +439,133 @@ def _build_unified_adapter(radix_adapter: type, backend: str) -> type:
         def node_path(self, node: Any) -> tuple[int, ...]:
             return radix_adapter.node_path(self, self.upstream.tree_core.node_by_id(node))  # type: ignore[no-any-return]
 
-    name = "SglangUnifiedRustRadixCache" if backend == "rust" else "SglangUnifiedRadixCache"
-    SglangUnifiedRadixCache.__name__ = name
-    SglangUnifiedRadixCache.__qualname__ = f"{name}[sglang {radix_adapter.kvspec_version}]"
-    return SglangUnifiedRadixCache
+    if backend != "rust":
+        SglangUnifiedRadixCache.__qualname__ = (
+            f"SglangUnifiedRadixCache[sglang {radix_adapter.kvspec_version}]"
+        )
+        return SglangUnifiedRadixCache
+    return _rust_adapter(SglangUnifiedRadixCache, full)
+
+
+class _RustNode:
+    """One node of the Rust core, as read off its bindings (times are not exposed)."""
+
+    def __init__(self, key: tuple[int, ...], value: list[int], lock_ref: int) -> None:
+        self.children: dict[tuple[int, int], _RustNode] = {}
+        self.key, self.value, self.lock_ref = key, value, lock_ref
+        self.last_access_time = self.creation_time = 0.0
+
+
+def _rust_adapter(unified_adapter: type, full: Any) -> type:
+    class RustTreeView:
+        """The Rust core's tree in ``RadixCache``'s attribute names, built per read: the node ids
+        the adapter has seen and their ancestors (``collect_path_info``: parent, path span), each
+        node's slots (``get_component_device_value``) and lock count (``pretty_print``'s
+        ``full_lock``); tokens from the keys the ids were returned for."""
+
+        def __init__(self, adapter: Any) -> None:
+            self.adapter = adapter
+            binding = adapter.upstream.tree_core._binding
+            rows: dict[int, tuple[int, int, int]] = {}  # id -> (parent, start, end)
+            for node_id in sorted(adapter.seen):
+                try:
+                    (path,) = binding.collect_path_info([node_id])
+                except KeyError:  # evicted: node ids are never reused
+                    adapter.seen.discard(node_id)
+                    continue
+                for info in path:
+                    rows[int(info[0])] = (int(info[1]), int(info[2]), int(info[3]))
+            locks = adapter.lock_counts()
+            self.root = _RustNode((), [], 1)
+            nodes = {int(adapter.upstream.root_node_handle()): self.root}
+            for node_id, (_, start, end) in sorted(rows.items(), key=lambda r: r[1][2]):
+                path = adapter.paths[node_id]
+                value = listed(binding.get_component_device_value(node_id, int(full))) or []
+                nodes[node_id] = _RustNode(path[start:end], value, locks[node_id])
+            for node_id, (parent, start, _) in sorted(rows.items()):
+                nodes[parent].children[start, node_id] = nodes[node_id]
+
+        @property
+        def root_node(self) -> _RustNode:
+            return self.root
+
+        def evictable_size(self) -> int:
+            return int(self.adapter.evictable_size())
+
+        def protected_size(self) -> int:
+            return int(self.adapter.protected_size())
+
+    class SglangUnifiedRustRadixCache(unified_adapter):  # type: ignore[misc,valid-type]
+        """``UnifiedRadixCache`` over the Rust tree core. Its bindings expose no access or
+        creation times: the snapshot comparison leaves their ranks out (``kvspec_unobserved``);
+        their observable effect, the eviction order, is still compared (docs/sglang.md §8.4)."""
+
+        kvspec_unobserved = ("access_rank", "created_rank")
+
+        def __init__(
+            self, size: int, page_size: int = 1, eviction_policy: str = "unified-lru"
+        ) -> None:
+            self.seen: set[int] = set()
+            self.paths: dict[int, tuple[int, ...]] = {}
+            super().__init__(size, page_size, eviction_policy)
+            root = int(self.upstream.root_node_handle())
+            self.paths[root] = ()
+
+        def _learn(self, node_id: Any, key: Sequence[int]) -> Any:
+            """Record the token paths of ``node_id`` and its ancestors, returned for ``key``
+            (a node's path is the prefix of the key it was returned for, up to its end)."""
+            node_id = int(node_id)
+            (path,) = self.upstream.tree_core._binding.collect_path_info([node_id])
+            tokens = tuple(int(t) for t in key)
+            for info in path:
+                self.paths.setdefault(int(info[0]), tokens[: int(info[3])])
+            if path:
+                self.seen.add(node_id)
+            return node_id
+
+        @property
+        def tree(self) -> Any:
+            return RustTreeView(self)
+
+        def lock_counts(self) -> dict[int, int]:
+            """``full_lock`` of every node, from the core's ``pretty_print`` (its only reader of
+            lock counts), captured from file descriptor 1."""
+            sys.stdout.flush()
+            with tempfile.TemporaryFile() as out:
+                saved = os.dup(1)
+                os.dup2(out.fileno(), 1)
+                try:
+                    self.upstream.tree_core.pretty_print()
+                finally:
+                    os.dup2(saved, 1)
+                    os.close(saved)
+                out.seek(0)
+                text = out.read().decode()
+            return {int(i): int(n) for i, n in re.findall(r"\[(\d+)\] \d+ full_lock=(-?\d+)", text)}
+
+        def match_prefix(self, key: Sequence[int]) -> tuple[list[int], Any]:
+            slots, node = super().match_prefix(key)
+            return slots, self._learn(node, key)
+
+        def insert_result(
+            self, key: Sequence[int], value: Sequence[int], prev_prefix_len: int | None = None
+        ) -> tuple[int, Any]:
+            matched, node = super().insert_result(key, value, prev_prefix_len)
+            return matched, self._learn(node, key)
+
+        def insert(self, key: Sequence[int], value: Sequence[int]) -> int:
+            return self.insert_result(key, value)[0]
+
+        def _inserted(self, params: Any, result: Any) -> None:
+            self._learn(result.last_device_node, params.key.token_ids[: len(params.key)])
+
+        def node_path(self, node: Any) -> tuple[int, ...]:
+            return self.paths[int(node)]
+
+    SglangUnifiedRustRadixCache.__qualname__ = (
+        f"SglangUnifiedRustRadixCache[sglang {unified_adapter.kvspec_version}]"
+    )
+    return SglangUnifiedRustRadixCache
 
 
 _NAMES: dict[str, Callable[[], type]] = {
