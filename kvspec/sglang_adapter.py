@@ -475,6 +475,7 @@ def _rust_adapter(unified_adapter: type, full: Any) -> type:
                     continue
                 for info in path:
                     rows[int(info[0])] = (int(info[1]), int(info[2]), int(info[3]))
+            adapter.seen |= set(rows)  # ancestors too: one may be the last of its branch
             locks = adapter.lock_counts()
             self.root = _RustNode((), [], 1)
             nodes = {int(adapter.upstream.root_node_handle()): self.root}
@@ -519,8 +520,7 @@ def _rust_adapter(unified_adapter: type, full: Any) -> type:
             tokens = tuple(int(t) for t in key)
             for info in path:
                 self.paths.setdefault(int(info[0]), tokens[: int(info[3])])
-            if path:
-                self.seen.add(node_id)
+                self.seen.add(int(info[0]))
             return node_id
 
         @property
