@@ -307,9 +307,8 @@ def _build_radix_adapter() -> type:
     return SglangRadixCache
 
 
-def _build_unified_adapter(radix_adapter: type, backend: str) -> type:
+def _build_unified_adapter(radix_adapter: Any, backend: str) -> type:
     unified = _import("sglang.srt.mem_cache.unified_radix_cache")
-    base = _import("sglang.srt.mem_cache.base_prefix_cache")
     component_type = _import("sglang.srt.mem_cache.unified_cache.component_type")
     if backend == "rust":
         _import("sglang.srt.mem_cache.rust_tree_core.extension")  # the .so, or a TargetError
@@ -367,7 +366,7 @@ def _build_unified_adapter(radix_adapter: type, backend: str) -> type:
         def protected_size(self) -> int:
             return int(self.cache.protected_size())
 
-    class SglangUnifiedRadixCache(radix_adapter):  # type: ignore[misc,valid-type]
+    class SglangUnifiedRadixCache(radix_adapter):  # type: ignore[misc]
         """SGLang's ``UnifiedRadixCache`` (one ``FULL`` component, tree core ``backend``) over
         the same allocators, with kvspec's plain API; node handles are ``NodeId`` integers."""
 
@@ -432,12 +431,13 @@ def _build_unified_adapter(radix_adapter: type, backend: str) -> type:
             """Upstream reports no ``delta`` here (``None``): the change of the evictable size is
             read off its counter. The receipt is the one the node's last lock returned (a
             ``FULL``-only lock's names just the node)."""
-            before = self.evictable_size()
+            before = int(self.evictable_size())
             self.upstream.dec_lock_ref(node, self._receipt(node))
-            return self.evictable_size() - before
+            return int(self.evictable_size()) - before
 
         def node_path(self, node: Any) -> tuple[int, ...]:
-            return radix_adapter.node_path(self, self.upstream.tree_core.node_by_id(node))  # type: ignore[no-any-return]
+            path: tuple[int, ...] = super().node_path(self.upstream.tree_core.node_by_id(node))
+            return path
 
     if backend != "rust":
         SglangUnifiedRadixCache.__qualname__ = (
@@ -456,7 +456,7 @@ class _RustNode:
         self.last_access_time = self.creation_time = 0.0
 
 
-def _rust_adapter(unified_adapter: type, full: Any) -> type:
+def _rust_adapter(unified_adapter: Any, full: Any) -> type:
     class RustTreeView:
         """The Rust core's tree in ``RadixCache``'s attribute names, built per read: the node ids
         the adapter has seen and their ancestors (``collect_path_info``: parent, path span), each
@@ -496,7 +496,7 @@ def _rust_adapter(unified_adapter: type, full: Any) -> type:
         def protected_size(self) -> int:
             return int(self.adapter.protected_size())
 
-    class SglangUnifiedRustRadixCache(unified_adapter):  # type: ignore[misc,valid-type]
+    class SglangUnifiedRustRadixCache(unified_adapter):  # type: ignore[misc]
         """``UnifiedRadixCache`` over the Rust tree core. Its bindings expose no access or
         creation times: the snapshot comparison leaves their ranks out (``kvspec_unobserved``);
         their observable effect, the eviction order, is still compared (docs/sglang.md §8.4)."""

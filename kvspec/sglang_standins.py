@@ -309,7 +309,7 @@ def mamba_cache_chunk_size():
 
 mamba_checkpoint_grid = mamba_cache_chunk_size
 ''',
-    'sglang/srt/managers/schedule_batch.py': '''"""kvspec stand-in: the request's KV record (the fields the unified cache reads)."""
+    "sglang/srt/managers/schedule_batch.py": '''"""kvspec stand-in: a request's KV record."""
 import dataclasses
 
 
@@ -331,7 +331,7 @@ class ReqKvInfo:
 class FINISH_ABORT:
     pass
 ''',
-    'sglang/srt/managers/cache_controller.py': '''"""kvspec stand-in: HiCache's controller (HiCache is off)."""
+    "sglang/srt/managers/cache_controller.py": '''"""kvspec stand-in: HiCache (off)."""
 
 
 class CacheOperation:
@@ -341,7 +341,7 @@ class CacheOperation:
 class HiCacheAck:
     pass
 ''',
-    'sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py': '''"""kvspec stand-in: the hybrid HiCache controller (HiCache is off)."""
+    "sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py": '''"""kvspec stand-in."""
 
 
 class HybridCacheController:
@@ -356,7 +356,7 @@ class PPPrefetchDecision:
 class PrefetchOperation:
     pass
 ''',
-    'sglang/srt/mem_cache/buffer_mode/pipeline.py': '''"""kvspec stand-in: buffer-only host memory mode (off)."""
+    "sglang/srt/mem_cache/buffer_mode/pipeline.py": '''"""kvspec stand-in: buffer mode (off)."""
 
 
 class BufferModePipeline:
@@ -367,7 +367,7 @@ class BufferModePipeline:
 def validate_buffer_only_stack(*args, **kwargs):
     raise RuntimeError("kvspec's stand-ins have no host memory")
 ''',
-    'sglang/srt/mem_cache/common.py': '''"""kvspec stand-in: the two names the unified cache imports from the scheduler helpers."""
+    "sglang/srt/mem_cache/common.py": '''"""kvspec stand-in: two scheduler helpers."""
 from typing import Any, NamedTuple
 
 
@@ -381,13 +381,13 @@ class RetractionBackup(NamedTuple):
 def free_swa_out_of_window_slots(*args, **kwargs):
     raise RuntimeError("kvspec's stand-ins have no sliding-window layers")
 ''',
-    'sglang/srt/mem_cache/swa_memory_pool.py': '''"""kvspec stand-in: the SWA pool type."""
+    "sglang/srt/mem_cache/swa_memory_pool.py": '''"""kvspec stand-in: the SWA pool type."""
 
 
 class SWAKVPool:
     pass
 ''',
-    'sglang/srt/disaggregation/kv_events.py': '''"""kvspec stand-in: KV-event types (events are off)."""
+    "sglang/srt/disaggregation/kv_events.py": '''"""kvspec stand-in: KV-event types (events are off)."""
 import enum
 
 

@@ -236,7 +236,7 @@ def reader(target_cls: Any) -> Callable[[RadixHarness], RadixSnapshot]:
     hidden = tuple(getattr(target_cls, "kvspec_unobserved", ()))
     if not hidden:
         return read
-    blank = dict.fromkeys(hidden, 0)
+    blank: dict[str, Any] = dict.fromkeys(hidden, 0)
 
     def masked(h: RadixHarness) -> RadixSnapshot:
         s = read(h)

@@ -158,9 +158,7 @@ class RadixCache:
             node = leaf
         return matched, node
 
-    def _unified_walk(
-        self, k: Path, v: list[int], prev: int | None
-    ) -> tuple[int, TreeNode]:
+    def _unified_walk(self, k: Path, v: list[int], prev: int | None) -> tuple[int, TreeNode]:
         """The unified insert's walk: each node stamped on entry, the split where the key leaves
         a node, the duplicates from ``prev`` on freed one node at a time (after the walk)."""
         ps, node, pos, frees = self.page_size, self.root_node, 0, []
