@@ -28,6 +28,8 @@ a CPU import tree from the wheel with ``python -m kvspec.sglang_standins`` and p
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib
 import importlib.metadata
 import itertools
@@ -194,6 +196,7 @@ def _build_radix_adapter() -> type:
         """SGLang's ``RadixCache`` over its allocator, with kvspec's plain API."""
 
         kvspec_version = version
+        kvspec_variants = ("lru", "fifo", "mru")  # RadixCache's (the spec's unified-* are not)
 
         def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
             if page_size == 1:
@@ -372,6 +375,7 @@ def _build_unified_adapter(radix_adapter: Any, backend: str) -> type:
 
         tree_core_backend = backend
         kvspec_variant = "unified-lru"  # checked against the spec's unified-* variants
+        kvspec_variants = ("unified-lru", "unified-fifo", "unified-mru")
 
         def __init__(
             self, size: int, page_size: int = 1, eviction_policy: str = "unified-lru"
@@ -447,6 +451,26 @@ def _build_unified_adapter(radix_adapter: Any, backend: str) -> type:
     return _rust_adapter(SglangUnifiedRadixCache, full)
 
 
+class _Logged:
+    """An allocator view that logs its mutating calls (the Rust adapter's replay, above)."""
+
+    MUTATING = frozenset({"alloc", "alloc_extend", "alloc_decode", "free", "free_segment"})
+
+    def __init__(self, inner: Any, log: list[tuple[bool, str, Any]]) -> None:
+        self.inner, self.log = inner, log
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if name not in self.MUTATING:
+            return found
+
+        def call(*args: Any) -> Any:
+            self.log.append((True, name, copy.deepcopy(args)))
+            return found(*args)
+
+        return call
+
+
 class _RustNode:
     """One node of the Rust core, as read off its bindings (times are not exposed)."""
 
@@ -508,9 +532,29 @@ def _rust_adapter(unified_adapter: Any, full: Any) -> type:
         ) -> None:
             self.seen: set[int] = set()
             self.paths: dict[int, tuple[int, ...]] = {}
+            self.made = (size, page_size, eviction_policy)
+            self.log: list[tuple[bool, str, Any]] = []  # (on the allocator?, method, arguments)
             super().__init__(size, page_size, eviction_policy)
             root = int(self.upstream.root_node_handle())
             self.paths[root] = ()
+            self.token_to_kv_pool_allocator = _Logged(self.token_to_kv_pool_allocator, self.log)
+
+        def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+            """The core's binding cannot be copied (the explorer copies states): a fresh cache
+            replays every mutating call this one received. Node ids are numbered per core, in
+            call order, so the copy's ids are this one's."""
+            twin = type(self)(*self.made)
+            for on_allocator, method, args in self.log:
+                obj = twin.token_to_kv_pool_allocator if on_allocator else twin
+                # a call that raised the first time raises again, with the same effect
+                with contextlib.suppress(Exception):
+                    getattr(obj, method)(*copy.deepcopy(args))
+            memo[id(self)] = twin
+            memo[id(self.token_to_kv_pool_allocator)] = twin.token_to_kv_pool_allocator
+            return twin
+
+        def _logged(self, method: str, *args: Any) -> None:
+            self.log.append((False, method, copy.deepcopy(args)))
 
         def _learn(self, node_id: Any, key: Sequence[int]) -> Any:
             """Record the token paths of ``node_id`` and its ancestors, returned for ``key``
@@ -544,17 +588,40 @@ def _rust_adapter(unified_adapter: Any, full: Any) -> type:
             return {int(i): int(n) for i, n in re.findall(r"\[(\d+)\] \d+ full_lock=(-?\d+)", text)}
 
         def match_prefix(self, key: Sequence[int]) -> tuple[list[int], Any]:
+            self._logged("match_prefix", key)
             slots, node = super().match_prefix(key)
             return slots, self._learn(node, key)
 
         def insert_result(
             self, key: Sequence[int], value: Sequence[int], prev_prefix_len: int | None = None
         ) -> tuple[int, Any]:
+            self._logged("insert_result", key, value, prev_prefix_len)
             matched, node = super().insert_result(key, value, prev_prefix_len)
             return matched, self._learn(node, key)
 
         def insert(self, key: Sequence[int], value: Sequence[int]) -> int:
             return self.insert_result(key, value)[0]
+
+        def evict(self, num_tokens: int) -> int:
+            self._logged("evict", num_tokens)
+            return int(super().evict(num_tokens))
+
+        def inc_lock_ref(self, node: Any) -> int:
+            self._logged("inc_lock_ref", node)
+            return int(super().inc_lock_ref(node))
+
+        def dec_lock_ref(self, node: Any) -> int:
+            self._logged("dec_lock_ref", node)
+            return int(super().dec_lock_ref(node))
+
+        def kvspec_checkpoint(
+            self, tokens: Sequence[int], row: Sequence[int], protected: int, node: Any, prompt: int
+        ) -> tuple[int, list[int], int, Any]:
+            self._logged("kvspec_checkpoint", tokens, row, protected, node, prompt)
+            out: tuple[int, list[int], int, Any] = super().kvspec_checkpoint(
+                tokens, row, protected, node, prompt
+            )
+            return out
 
         def _inserted(self, params: Any, result: Any) -> None:
             self._learn(result.last_device_node, params.key.token_ids[: len(params.key)])
