@@ -537,7 +537,10 @@ def _rust_adapter(unified_adapter: Any, full: Any) -> type:
             super().__init__(size, page_size, eviction_policy)
             root = int(self.upstream.root_node_handle())
             self.paths[root] = ()
-            self.token_to_kv_pool_allocator = _Logged(self.token_to_kv_pool_allocator, self.log)
+            fields: dict[str, Any] = self.__dict__  # (the view's type lives in a closure)
+            fields["token_to_kv_pool_allocator"] = _Logged(
+                fields["token_to_kv_pool_allocator"], self.log
+            )
 
         def __deepcopy__(self, memo: dict[int, Any]) -> Any:
             """The core's binding cannot be copied (the explorer copies states): a fresh cache
