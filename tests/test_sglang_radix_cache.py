@@ -301,9 +301,16 @@ def test_unified_variants_pass_on_the_impl(capsys: pytest.CaptureFixture[str]) -
 UNIFIED = ["sglang-unified", "sglang-unified-rust"]
 
 
+@pytest.fixture
+def unified(release: Path) -> Path:
+    """The release tree, where ``UnifiedRadixCache``'s one extra dependency is installed."""
+    pytest.importorskip("msgspec", reason="UnifiedRadixCache imports msgspec (kvspec[sglang])")
+    return release
+
+
 @pytest.mark.parametrize("target", UNIFIED)
 def test_real_unified_cache_passes_check_and_fuzz(
-    target: str, release: Path, capsys: pytest.CaptureFixture[str]
+    target: str, unified: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, doc = run_json(capsys, "check", NAME, "--target", target, "--inputs", "well-formed")
     assert rc == 0 and doc["variant"] == "unified-lru" and doc["passed"], doc
@@ -318,7 +325,7 @@ def test_real_unified_cache_passes_check_and_fuzz(
 
 @pytest.mark.parametrize("target", UNIFIED)
 def test_real_unified_cache_is_not_radix_cache(
-    target: str, release: Path, capsys: pytest.CaptureFixture[str]
+    target: str, unified: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The variants tell the two caches apart: the unified cache against RadixCache's ``lru``,
     and RadixCache against ``unified-fifo``, each diverge."""
@@ -329,7 +336,7 @@ def test_real_unified_cache_is_not_radix_cache(
 
 
 @pytest.mark.parametrize("backend", ["python", "rust"])
-def test_real_unified_cache_reads_locks_and_paths(backend: str, release: Path) -> None:
+def test_real_unified_cache_reads_locks_and_paths(backend: str, unified: Path) -> None:
     from kvspec.sglang_adapter import unified_adapter_class
 
     cls = unified_adapter_class(backend)
