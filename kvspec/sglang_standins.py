@@ -5,7 +5,10 @@ at run time, from the wheel you downloaded (``pip download sglang==0.5.23 --no-d
 ``DEST/sglang/…`` and writes small import stand-ins of kvspec's own for everything else they
 import (triton kernels, platform flags, metrics, KV events, runtime context, …), so that with
 ``PYTHONPATH=DEST`` the release's real ``RadixCache`` and allocators import with CPU torch only.
-``kvspec … --target sglang`` then checks them (docs/sglang.md §7). Nothing of upstream is ever part
+``kvspec … --target sglang`` then checks them (docs/sglang.md §7). When the release has them, the
+tree also holds ``UnifiedRadixCache`` with its Python and Rust tree cores (the wheel's bundled
+extension; ``msgspec`` must be installed): ``--target sglang-unified`` / ``sglang-unified-rust``
+(docs/sglang.md §8). Nothing of upstream is ever part
 of kvspec: the tree is written to ``DEST`` only.
 
 The stand-ins provide only the names the copied modules use at import time or on the paths kvspec
