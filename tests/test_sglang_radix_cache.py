@@ -359,3 +359,22 @@ def test_real_unified_cache_reads_locks_and_paths(backend: str, unified: Path) -
             c.dec_lock_ref(node)
         with pytest.raises(RuntimeError, match="poisoned"):  # and the core is unusable after
             c.evictable_size()
+
+
+@pytest.mark.parametrize("backend", ["python", "rust"])
+def test_real_unified_cache_split_keeps_the_creation_time(backend: str, unified: Path) -> None:
+    """The FIFO case of docs/sglang.md §8.2 on the real cores (the Rust one hides its times; its
+    eviction order shows them): after a split, the upper half goes before a younger leaf."""
+    import copy
+
+    from kvspec.sglang_adapter import adapter_class, unified_adapter_class
+
+    for cls, survivor in ((adapter_class(), (1,)), (unified_adapter_class(backend), (3,))):
+        c = cls(8, eviction_policy="fifo")
+        cached(c, [1, 2])
+        cached(c, [3])
+        c.match_prefix([1, 9])
+        twin = copy.deepcopy(c)  # the Rust adapter's copy replays the calls
+        for cache in (c, twin):
+            assert cache.evict(1) == 1 and cache.evict(1) == 1
+            assert [n.path for n in read_radix_cache(cache).nodes] == [survivor], cls
