@@ -460,6 +460,8 @@ class _Logged:
         self.inner, self.log = inner, log
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "log"):  # not set yet (a copy under construction)
+            raise AttributeError(name)
         found = getattr(self.inner, name)
         if name not in self.MUTATING:
             return found
