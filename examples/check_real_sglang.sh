@@ -27,4 +27,14 @@ done
 kvspec explore sglang-radix-cache --target sglang --inputs well-formed --variant lru \
     --requests 1 --pages 3
 kvspec audit sglang-radix-cache --target sglang --budget 60
+# UnifiedRadixCache (the server default), Python and Rust tree cores (needs msgspec: kvspec[sglang])
+for target in sglang-unified sglang-unified-rust; do
+    kvspec check sglang-radix-cache --target "$target" --inputs well-formed
+    for policy in unified-lru unified-fifo unified-mru; do
+        kvspec fuzz sglang-radix-cache --target "$target" --inputs well-formed --variant "$policy" \
+            --ops 20000 --seed 3
+    done
+    kvspec explore sglang-radix-cache --target "$target" --inputs well-formed \
+        --variant unified-lru --requests 1 --pages 3
+done
 KVSPEC_SGLANG_WHEEL="$wheel" python -m pytest -q -n 0 tests/test_sglang_radix_cache.py

@@ -156,6 +156,14 @@ class Component:
             return self.variants[0]
         return None
 
+    def target_variants(self, target_cls: Any) -> tuple[str, ...]:
+        """The variants a run with none named covers: those the target says it can be
+        (``kvspec_variants``, e.g. SGLang's ``RadixCache`` is no ``unified-*`` one), else all."""
+        own = getattr(target_cls, "kvspec_variants", None)
+        if own is None:
+            return self.variants
+        return tuple(v for v in self.variants if v in own)
+
     def options(self, **given: Any) -> dict[str, Any]:
         """The checker options of a run: the fixed ones, then those ``given`` that are not ``None``
         (each must be one the checker takes)."""
@@ -190,7 +198,7 @@ class Component:
             options=self.options(**options),
             timeout=timeout,
             inputs=inputs,
-            variants=self.variants,
+            variants=self.target_variants(target_cls),
         )
 
     def fuzz(
@@ -479,9 +487,13 @@ _BUILTIN: tuple[Component, ...] = (
         impl="impl.sglang.radix_cache:RadixCache",
         required_api=_SGLANG_RADIX_API,
         checker="stateful_tests.sglang_radix_cache:CHECKER",
-        variants=("lru", "fifo", "mru"),
+        variants=("lru", "fifo", "mru", "unified-lru", "unified-fifo", "unified-mru"),
         variant_keyword="eviction_policy",
-        targets={"sglang": "kvspec.sglang_adapter:SglangRadixCache"},
+        targets={
+            "sglang": "kvspec.sglang_adapter:SglangRadixCache",
+            "sglang-unified": "kvspec.sglang_adapter:SglangUnifiedRadixCache",
+            "sglang-unified-rust": "kvspec.sglang_adapter:SglangUnifiedRustRadixCache",
+        },
         mutants="stateful_tests.mutants_sglang:RADIX_CACHE_MUTANTS",
         explorer=ExplorerPlan(
             "proofs.explorer:RadixCacheModel",

@@ -230,6 +230,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     own = comp.target_variant(variant, cls)
     if own is not None:
         chosen = [own]  # the variant named, or the one the target implements
+    elif not variant:
+        chosen = list(comp.target_variants(cls) or chosen)
     deadline = None if args.time_limit is None else time.perf_counter() + args.time_limit
     backend, shutdown = _ray_backend(args.address, args.workers)
     try:

@@ -132,6 +132,8 @@ class RadixHarness:
             cached, r.row, r.protected, r.node = own(r.tokens, r.row, r.protected, r.node,
                                                      r.prompt_len)  # fmt: skip
             return {"cached": int(cached), "protected": r.protected}
+        if self.config.variant.startswith("unified-"):
+            return self._unified_checkpoint(r)
         cached = int(self.c.insert(r.tokens, r.row))
         # the prompt re-inserted: splits the new leaf at the prompt's last whole page, so that
         # eviction can drop the decoded part alone (only the topology changes)
@@ -148,6 +150,24 @@ class RadixHarness:
         self.c.inc_lock_ref(node)
         r.node = node
         return {"cached": cached, "protected": r.protected}
+
+    def _unified_checkpoint(self, r: Req) -> dict[str, Any]:
+        """``UnifiedRadixCache.checkpoint_into_tree`` (docs/sglang.md §8.3): the insert frees the
+        request's duplicate slots itself (from ``cache_protected_len`` on, per tree node), the
+        prompt is re-inserted freeing nothing, and the row is repointed at the path of the node
+        the first insert ended on — no re-match."""
+        ps = self.config.page_size
+        cached, node = self.c.insert_result(r.tokens, r.row, r.protected)
+        prompt = r.prompt_len // ps * ps
+        if 0 < prompt < len(r.tokens) // ps * ps:
+            self.c.insert_result(r.tokens[:prompt], r.row[:prompt], prompt)
+        slots = [int(s) for s in self.c.path_slots(node)]
+        r.row[r.protected : len(slots)] = slots[r.protected :]
+        r.protected = len(slots)
+        self.c.dec_lock_ref(r.node)
+        self.c.inc_lock_ref(node)
+        r.node = node
+        return {"cached": int(cached), "protected": r.protected}
 
     def finish(self, rid: str) -> dict[str, Any]:
         """``release_kv_cache`` with a checkpoint: cache, free the rest of the row, unlock."""

@@ -17,7 +17,13 @@ from impl.sglang.radix_cache import RadixCache as ImplCache
 from kvspec import components, sglang_standins
 from kvspec.cli import main
 from spec import invariants as inv
-from spec.errors import DoubleFreeError, InvalidPageId, LockRefUnderflow, UnknownNode
+from spec.errors import (
+    DoubleFreeError,
+    InvalidArgument,
+    InvalidPageId,
+    LockRefUnderflow,
+    UnknownNode,
+)
 from spec.sglang.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from spec.sglang.radix_cache import RadixCache, read_radix_cache
 from stateful_tests.sglang_harness import Config, RadixHarness, read
@@ -247,3 +253,128 @@ def test_real_sglang_lock_underflow_leaves_lock_ref_minus_one(release: Path) -> 
     assert node.lock_ref == -1
     problem = inv.evictable_plus_protected_is_tree_size(read_radix_cache(c))
     assert problem is not None and "negative lock_ref" in problem
+
+
+# ----------------------------------------------------------------------------- UnifiedRadixCache
+@pytest.mark.parametrize("cls", CACHES)
+def test_unified_split_keeps_the_lower_nodes_creation_time(cls: type) -> None:
+    """``UnifiedRadixCache`` (docs/sglang.md §8.2): a split's upper half inherits the creation
+    time, so under FIFO it is older than a leaf cached between the two; ``RadixCache`` dates it
+    at the split, so the leaf goes first."""
+    kept = {}
+    for variant in ("fifo", "unified-fifo"):
+        c = cls(8, eviction_policy=variant)
+        cached(c, [1, 2])  # created first
+        cached(c, [3])  # created second
+        c.match_prefix([1, 9])  # splits (1, 2): the upper half (1)
+        assert c.evict(1) == 1  # the oldest leaf: (1, 2)'s lower half in both
+        assert c.evict(1) == 1  # then (3) (RadixCache) or the upper half (1) (unified)
+        kept[variant] = [n.path for n in read_radix_cache(c).nodes]
+    assert kept == {"fifo": [(1,)], "unified-fifo": [(3,)]}
+
+
+@pytest.mark.parametrize("cls", CACHES)
+def test_unified_insert_frees_duplicates_one_node_at_a_time(cls: type) -> None:
+    """The unified insert frees the caller's duplicates from ``prev_prefix_len`` on, one
+    ``free_segment`` per tree node: with pages (freed to the head) the nodes' pages come back in
+    reverse node order."""
+    c = cls(16, page_size=2, eviction_policy="unified-lru")
+    a = c.token_to_kv_pool_allocator
+    first = a.alloc(4)  # pages 1, 2
+    c.insert_result([1, 1, 2, 2], first)
+    c.match_prefix([1, 1, 3, 3])  # splits: (1, 1) and (1, 1, 2, 2)
+    again = a.alloc(4)  # pages 3, 4: duplicates of the cached two pages
+    assert c.insert_result([1, 1, 2, 2], again, 0)[0] == 4
+    assert list(a.free_pages)[:2] == [4, 3]  # page 3 freed first, then page 4 before it
+    with pytest.raises(InvalidArgument):
+        cls(8).insert_result([1], [1], 0)  # RadixCache's insert frees nothing
+
+
+def test_unified_variants_pass_on_the_impl(capsys: pytest.CaptureFixture[str]) -> None:
+    for variant in ("unified-lru", "unified-fifo", "unified-mru"):
+        rc, doc = run_json(
+            capsys, "fuzz", NAME, "--ops", "3000", "--seed", "5", "--variant", variant
+        )
+        assert rc == 0 and doc["divergences"] == 0, (variant, doc)
+
+
+UNIFIED = ["sglang-unified", "sglang-unified-rust"]
+
+
+@pytest.fixture
+def unified(release: Path) -> Path:
+    """The release tree, where ``UnifiedRadixCache``'s one extra dependency is installed."""
+    pytest.importorskip("msgspec", reason="UnifiedRadixCache imports msgspec (kvspec[sglang])")
+    return release
+
+
+@pytest.mark.parametrize("target", UNIFIED)
+def test_real_unified_cache_passes_check_and_fuzz(
+    target: str, unified: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, doc = run_json(capsys, "check", NAME, "--target", target, "--inputs", "well-formed")
+    assert rc == 0 and doc["variant"] == "unified-lru" and doc["passed"], doc
+    for variant in ("unified-lru", "unified-fifo", "unified-mru"):
+        rc, doc = run_json(capsys, "fuzz", NAME, "--target", target, "--inputs", "well-formed",
+                           "--ops", "3000", "--seed", "1", "--variant", variant)  # fmt: skip
+        assert rc == 0 and doc["divergences"] == 0, (variant, doc)
+    rc, doc = run_json(capsys, "explore", NAME, "--target", target, "--variant", "unified-lru",
+                       "--requests", "1", "--pages", "2", "--inputs", "well-formed")  # fmt: skip
+    assert rc == 0 and doc["complete"]
+
+
+@pytest.mark.parametrize("target", UNIFIED)
+def test_real_unified_cache_is_not_radix_cache(
+    target: str, unified: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The variants tell the two caches apart: the unified cache checked against RadixCache's
+    variants diverges."""
+    for variant in ("lru", "fifo"):
+        rc, doc = run_json(capsys, "fuzz", NAME, "--target", target, "--inputs", "well-formed",
+                           "--ops", "20000", "--seed", "3", "--variant", variant)  # fmt: skip
+        assert rc == 1 and doc["divergences"] == 1, variant
+
+
+@pytest.mark.parametrize("backend", ["python", "rust"])
+def test_real_unified_cache_reads_locks_and_paths(backend: str, unified: Path) -> None:
+    from kvspec.sglang_adapter import unified_adapter_class
+
+    cls = unified_adapter_class(backend)
+    c = cls(8)
+    assert type(c.upstream.tree_core).__name__.startswith("Rust" if backend == "rust" else "Uni")
+    cached(c, [1, 2, 3])
+    slots, node = c.match_prefix([1, 2, 9])
+    assert slots == [1, 2] and c.node_path(node) == (1, 2)
+    assert c.inc_lock_ref(node) == -2  # kvspec's sign: the evictable size's change
+    rows = {n.path: n.lock_ref for n in read_radix_cache(c).nodes}
+    assert rows == {(1, 2): 1, (1, 2, 3): 0}
+    assert c.evict(8) == 1 and c.dec_lock_ref(node) == 2
+    # unlike RadixCache, a double unlock is refused: an assert (Python core), a panic (Rust)
+    if backend == "python":
+        with pytest.raises(AssertionError):
+            c.dec_lock_ref(node)
+        assert inv.evictable_plus_protected_is_tree_size(read_radix_cache(c)) is None
+    else:
+        with pytest.raises(RuntimeError, match="lock_ref=0"):
+            c.dec_lock_ref(node)
+        with pytest.raises(RuntimeError, match="poisoned"):  # and the core is unusable after
+            c.evictable_size()
+
+
+@pytest.mark.parametrize("backend", ["python", "rust"])
+def test_real_unified_cache_split_keeps_the_creation_time(backend: str, unified: Path) -> None:
+    """The FIFO case of docs/sglang.md §8.2 on the real cores (the Rust one hides its times; its
+    eviction order shows them): after a split, the upper half goes before a younger leaf."""
+    import copy
+
+    from kvspec.sglang_adapter import adapter_class, unified_adapter_class
+
+    for cls, survivor in ((adapter_class(), (1,)), (unified_adapter_class(backend), (3,))):
+        c = cls(8, eviction_policy="fifo")
+        cached(c, [1, 2])
+        cached(c, [3])
+        c.match_prefix([1, 9])
+        twin = copy.deepcopy(c)  # the Rust adapter's copy replays the calls
+        for cache in (c, twin):
+            assert cache.evict(1) == 1 and cache.evict(1) == 1
+            assert [n.path for n in read_radix_cache(cache).nodes] == [survivor], cls

@@ -11,6 +11,13 @@ Clock (§2.4): every call that touches access times takes a fresh base ``T``; th
 get ``T``, the upper half of a split ``T+1`` and a new leaf ``T+2``; creation times likewise. Only
 the order of the times is observable (eviction order); the snapshot carries their dense ranks.
 
+The ``unified-*`` variants are ``UnifiedRadixCache``'s tree with one ``FULL`` component
+(docs/sglang.md §8): every stamp is one tick of a counter, in upstream's order (a match stamps its
+path after the walk, deepest last; an insert stamps each node it walks into; a split's upper half
+keeps the lower half's creation time and the lower half is stamped after it), and
+``insert_result(key, value, prev_prefix_len)`` frees the caller's duplicate slots from
+``prev_prefix_len`` on itself, one ``free_segment`` per tree node the key overlaps.
+
 The plain API is upstream's method names with plain values in place of upstream's parameter
 objects and tensors (``match_prefix(key)`` for ``match_prefix(MatchPrefixParams(RadixKey(key)))``);
 ``kvspec.sglang_adapter`` translates for the real class.
@@ -28,7 +35,20 @@ from spec.sglang.allocator import TokenToKVPoolAllocator, make_allocator
 Path = tuple[int, ...]
 
 EVICTION_POLICIES = ("lru", "fifo", "mru")
-"""The named variants: which leaf ``evict`` frees first (§4.2)."""
+"""``RadixCache``'s named variants: which leaf ``evict`` frees first (§4.2)."""
+
+UNIFIED_VARIANTS = ("unified-lru", "unified-fifo", "unified-mru")
+"""``UnifiedRadixCache``'s (one ``FULL`` component; docs/sglang.md §8): the same policies, its
+clock discipline and its checkpoint (duplicates freed per node inside ``insert``, no re-match)."""
+
+VARIANTS = EVICTION_POLICIES + UNIFIED_VARIANTS
+
+
+def parse_variant(variant: str) -> tuple[str, bool]:
+    """(the eviction policy, whether the tree is ``UnifiedRadixCache``'s) of a variant name."""
+    if variant not in VARIANTS:
+        raise InvalidArgument(f"unknown eviction policy {variant!r}")
+    return variant.removeprefix("unified-"), variant.startswith("unified-")
 
 
 class NodeRow(NamedTuple):
@@ -84,10 +104,8 @@ class RadixCache:
     """The radix prefix cache over its own allocator (SGLang ``RadixCache`` + allocator)."""
 
     def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
-        if eviction_policy not in EVICTION_POLICIES:
-            raise InvalidArgument(f"unknown eviction policy {eviction_policy!r}")
+        self.eviction_policy, self.unified = parse_variant(eviction_policy)
         self.page_size = page_size
-        self.eviction_policy = eviction_policy
         self.token_to_kv_pool_allocator: TokenToKVPoolAllocator = make_allocator(size, page_size)
         self.nodes: dict[Path, Node] = {}
         self.clock = 0
@@ -120,12 +138,21 @@ class RadixCache:
         self.clock += 3
         return self.clock
 
+    def _stamp(self) -> int:
+        """The unified tree's clock: one tick per reading (§8.2)."""
+        self.clock += 1
+        return self.clock
+
     def _split(self, path: Path, at: int, t: int) -> Path:
         """Split node ``path`` so that a node ends at token ``at``; the new upper node takes the
-        lock count, time ``t`` (§2.3)."""
+        lock count, time ``t`` (§2.3). Unified (§8.2): the upper node is stamped, keeps the lower
+        one's creation time, and the lower one is stamped after it (``t`` unused)."""
         low = self.nodes[path]
         cut = at - low.start
         upper = Node(low.start, low.value[:cut], low.lock_ref, t, t)
+        if self.unified:
+            upper.last_access_time, upper.creation_time = self._stamp(), low.creation_time
+            low.last_access_time = self._stamp()
         low.start, low.value = at, low.value[cut:]
         self.nodes[path[:at]] = upper
         return path[:at]
@@ -159,23 +186,64 @@ class RadixCache:
         key = self._aligned(key)
         if not key:
             return [], ()
+        if self.unified:  # no stamps on the way down; the path afterwards, deepest last (§8.2)
+            pos, node = 0, Path()
+            while pos < len(key) and (child := self._child(key, pos)) is not None:
+                end = self._common(child, key)
+                if end < len(child):
+                    node = self._split(child, end, 0)
+                    break
+                pos, node = len(child), child
+            for path in reversed(self._ancestry(node)):
+                self.nodes[path].last_access_time = self._stamp()
+            return self.path_slots(node), node
         _, node = self._walk(key, self._tick())
         return self.path_slots(node), node
 
     def insert(self, key: Sequence[int], value: Sequence[int]) -> int:
         """Cache ``key`` (page-aligned) with ``value``'s slots; the part already cached keeps its
         slots (the caller frees its own duplicates). Returns the length already cached (§2.3)."""
+        return self.insert_result(key, value)[0]
+
+    def insert_result(
+        self, key: Sequence[int], value: Sequence[int], prev_prefix_len: int | None = None
+    ) -> tuple[int, Path]:
+        """``insert``, also returning the node the key ends on (upstream's ``InsertResult``).
+        Unified (§8.3): with ``prev_prefix_len``, the caller's slots of the cached part from there
+        on are freed here, one ``free_segment`` per tree node the key overlaps, root first."""
         key = self._aligned(key)
         value = list(value[: len(key)])
         if len(value) < len(key):
             raise InvalidArgument(f"{len(value)} slots for a key of {len(key)} tokens")
+        if prev_prefix_len is not None and not self.unified:
+            raise InvalidArgument("prev_prefix_len: only the unified tree frees duplicates")
         if not key:
-            return 0
-        t = self._tick()
-        matched, _ = self._walk(key, t)
-        if matched < len(key):
-            self.nodes[key] = Node(matched, value[matched:], 0, t + 2, t + 2)
-        return matched
+            return 0, ()
+        if not self.unified:
+            t = self._tick()
+            matched, node = self._walk(key, t)
+            if matched < len(key):
+                self.nodes[key] = Node(matched, value[matched:], 0, t + 2, t + 2)
+                node = key
+            return matched, node
+        pos, node, frees = 0, Path(), []
+        while pos < len(key) and (child := self._child(key, pos)) is not None:
+            self.nodes[child].last_access_time = self._stamp()
+            end = self._common(child, key)
+            node = self._split(child, end, 0) if end < len(child) else child
+            start = pos if prev_prefix_len is None else max(pos, prev_prefix_len)
+            if prev_prefix_len is not None and start < end:
+                frees.append(value[start:end])
+            pos = end
+            if end < len(child):
+                break
+        for slots in frees:
+            self.token_to_kv_pool_allocator.free_segment(slots, 0)
+        if pos < len(key):
+            access = self._stamp()
+            self.nodes[key] = Node(pos, value[pos:], 0, access, self._stamp())
+            node = key
+        return pos, node
 
     def evict(self, num_tokens: int) -> int:
         """Free unlocked leaves, first by the policy's order, until ``num_tokens`` slots are freed
