@@ -17,13 +17,13 @@ drives (no KV events, no metrics, no triton); a name they lack fails loudly.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
-import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from kvspec import standins_tree
 
 # Upstream files copied verbatim.
 VERBATIM: tuple[str, ...] = (
@@ -438,12 +438,7 @@ def _open(source: Path) -> dict[str, bytes]:
 
 
 def version_of(files: dict[str, bytes]) -> str:
-    for name, data in files.items():
-        if name.endswith(".dist-info/METADATA"):
-            found = re.search(rb"^Version: (\S+)", data, re.M)
-            if found:
-                return found.group(1).decode()
-    raise ValueError("no sglang-*.dist-info/METADATA in the source: cannot tell the release")
+    return standins_tree.version_of(files, "sglang")
 
 
 def build(source: Path, dest: Path) -> list[str]:
@@ -459,40 +454,20 @@ def build(source: Path, dest: Path) -> list[str]:
         copied += UNIFIED_VERBATIM
         copied += sorted(n for n in files if RUST_CORE.fullmatch(n))
     shutil.rmtree(dest / "sglang", ignore_errors=True)
-    dest.mkdir(parents=True, exist_ok=True)
-    for package in _PACKAGES:
-        (dest / package).mkdir(parents=True, exist_ok=True)
-        (dest / package / "__init__.py").write_text('"""kvspec stand-in package."""\n')
-    for rel, text in STANDINS.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_text(text)
-    for rel in copied:
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_bytes(files[rel])
+    standins_tree.write_files(dest, _PACKAGES, STANDINS, files, copied)
     (dest / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
-    for old in dest.glob("sglang-*.dist-info"):
-        shutil.rmtree(old)
-    info = dest / f"sglang-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    standins_tree.write_dist_info(dest, "sglang", version)
     return copied
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kvspec.sglang_standins",
-        description="Build a CPU-only import tree of SGLang's radix cache from a release wheel.",
+    return standins_tree.cli(
+        argv,
+        dist="sglang",
+        what="SGLang's radix caches",
+        build=build,
+        num_standins=len(STANDINS),
     )
-    parser.add_argument("source", type=Path, help="sglang-X.Y.Z-*.whl, or an unpacked wheel")
-    parser.add_argument("dest", type=Path, help="directory to write (use it as PYTHONPATH)")
-    args = parser.parse_args(argv)
-    try:
-        copied = build(args.source, args.dest)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        print(f"kvspec.sglang_standins: {exc}", file=sys.stderr)
-        return 2
-    print(f"{args.dest}: {len(copied)} upstream files, {len(STANDINS)} stand-ins")
-    return 0
 
 
 if __name__ == "__main__":

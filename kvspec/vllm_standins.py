@@ -16,13 +16,12 @@ loudly. Releases 0.28.0 to 0.33.0 are supported; another release may need a stan
 
 from __future__ import annotations
 
-import argparse
-import re
 import shutil
-import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from kvspec import standins_tree
 
 # Upstream files copied verbatim (when the release has them).
 VERBATIM: tuple[str, ...] = (
@@ -281,12 +280,7 @@ def _open(source: Path) -> dict[str, bytes]:
 
 
 def version_of(files: dict[str, bytes]) -> str:
-    for name, data in files.items():
-        if name.endswith(".dist-info/METADATA"):
-            found = re.search(rb"^Version: (\S+)", data, re.M)
-            if found:
-                return found.group(1).decode()
-    raise ValueError("no vllm-*.dist-info/METADATA in the source: cannot tell the release")
+    return standins_tree.version_of(files, "vllm")
 
 
 def build(source: Path, dest: Path) -> list[str]:
@@ -295,44 +289,21 @@ def build(source: Path, dest: Path) -> list[str]:
     version = version_of(files)
     if dest.exists():
         shutil.rmtree(dest / "vllm", ignore_errors=True)
-    dest.mkdir(parents=True, exist_ok=True)
-    for package in _PACKAGES:
-        (dest / package).mkdir(parents=True, exist_ok=True)
-        (dest / package / "__init__.py").write_text('"""kvspec stand-in package."""\n')
-    for rel, text in STANDINS.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_text(text)
-    copied = []
-    for rel in VERBATIM:
-        if rel in files:
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            (dest / rel).write_bytes(files[rel])
-            copied.append(rel)
+    copied = [rel for rel in VERBATIM if rel in files]
+    standins_tree.write_files(dest, _PACKAGES, STANDINS, files, copied)
     (dest / "vllm" / "_version.py").write_text(f'__version__ = version = "{version}"\n')
-    info = dest / f"vllm-{version}.dist-info"
-    shutil.rmtree(info, ignore_errors=True)
-    for old in dest.glob("vllm-*.dist-info"):
-        shutil.rmtree(old)
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    standins_tree.write_dist_info(dest, "vllm", version)
     return copied
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kvspec.vllm_standins",
-        description="Build a CPU-only import tree of vLLM's KV-cache modules from a release wheel.",
+    return standins_tree.cli(
+        argv,
+        dist="vllm",
+        what="vLLM's KV-cache modules",
+        build=build,
+        num_standins=len(STANDINS),
     )
-    parser.add_argument("source", type=Path, help="vllm-X.Y.Z-*.whl, or an unpacked wheel")
-    parser.add_argument("dest", type=Path, help="directory to write (use it as PYTHONPATH)")
-    args = parser.parse_args(argv)
-    try:
-        copied = build(args.source, args.dest)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        print(f"kvspec.vllm_standins: {exc}", file=sys.stderr)
-        return 2
-    print(f"{args.dest}: {len(copied)} upstream files, {len(STANDINS)} stand-ins")
-    return 0
 
 
 if __name__ == "__main__":
