@@ -182,6 +182,8 @@ def case_label(suite: str, case: Mapping[str, Any]) -> str:
     parts = [f"{k}={v:,}" for k, v in case.items() if type(v) is int and k not in _HIDDEN_CASE_KEYS]
     if "variant" in case:
         parts.insert(0, str(case["variant"]))
+    if "scenario" in case:  # prefix-cache and radix: one row per scenario and size
+        parts.insert(0, f"scenario={case['scenario']}")
     if suite == "admission":
         parts.insert(0, f"{case.get('baseline', '')} vs counter")
     return ", ".join(parts)

@@ -192,3 +192,19 @@ def test_a_child_reports_its_own_peak_memory_not_its_parents() -> None:
     )
     del ballast
     assert 0 < child < 200
+
+
+def test_scenario_cases_keep_their_scenario_in_the_label() -> None:
+    """prefix-cache and radix have one row per (scenario, size): without the scenario the
+    table would show three rows per size that look alike."""
+    from kvspec.figures import case_label
+
+    labels = {
+        case_label("radix", {"scenario": s, "prompts": 128})
+        for s in ("match_hit", "insert_cached", "evict_one")
+    }
+    assert labels == {
+        "scenario=match_hit, prompts=128",
+        "scenario=insert_cached, prompts=128",
+        "scenario=evict_one, prompts=128",
+    }
