@@ -23,8 +23,10 @@ from proofs.explorer import (
     SchedulerModel,
     explore,
 )
+from spec.infinilm.request import TERMINAL
 
 BM = "infinilm-block-manager"
+TERMINAL_NAMES = frozenset(status.name for status in TERMINAL)
 CATALOGUE = components.catalogue()
 SMALL_BM = BlockManagerBounds(pages=2, block_size=2, vocab=2, tables=2, tokens=2)
 SMALL_SCHED = SchedulerBounds(pages=3, requests=2, prompt_tokens=2, max_new=2)
@@ -304,21 +306,63 @@ SCHEDULER_MUTANTS = [
 ]  # the scheduler mutants a 2-request scope finds
 
 
-def test_forgetting_finished_requests_is_a_quotient_with_the_same_states_seen() -> None:
-    """Keyed without finished requests' prompts and outputs, the scheduler search reaches fewer
-    states but every snapshot the full search reaches, and passes alike."""
+def _finished_rows_cut(snap: Any, gen: Any) -> Any:
+    """A scheduler snapshot with every finished request's row cut down to its id (what the
+    reduced search keys a forgotten request by; without a connector nothing else names them)."""
+    return snap._replace(
+        requests=tuple((r[0],) if r[1] in TERMINAL_NAMES else r for r in snap.requests)
+    )
+
+
+@pytest.mark.parametrize("requests", [2, 3])
+def test_forgetting_finished_requests_is_a_quotient_with_the_same_states_seen(
+    requests: int,
+) -> None:
+    """Keyed without finished requests' prompts, outputs and final rows, the scheduler search
+    reaches fewer states but every snapshot the full search reaches up to those rows (the full
+    search's snapshots, each with its finished rows cut to their ids, are the reduced search's
+    snapshots so cut), and passes alike."""
     found = []
     for forget in (True, False):
         bounds = SchedulerBounds(
-            pages=3, requests=2, prompt_tokens=2, max_new=2, forget_finished=forget
+            pages=3, requests=requests, prompt_tokens=2, max_new=2, forget_finished=forget
         )
         model = SchedulerModel("infinilm-scheduler", ImplScheduler, "impl", bounds)
+        model.observable = _finished_rows_cut  # type: ignore[method-assign]
         found.append(explore(model))
     reduced, full = found
     assert reduced.passed and full.passed and reduced.complete and full.complete
     assert reduced.distinct_snapshots == full.distinct_snapshots
     assert reduced.distinct_states < full.distinct_states
     assert reduced.reductions["forget_finished"] and not full.reductions["forget_finished"]
+
+
+def test_a_finished_row_is_cut_only_when_both_sides_forgot_it_and_nothing_names_it() -> None:
+    from proofs.explorer.model_scheduler import _frozen_rows_collapsed
+    from spec.infinilm.snapshot import SchedulerSnapshot
+
+    rows = (
+        ("r0", "FINISHED", (), (), 0, 3, 0, 0, -1, 1),
+        ("r1", "RUNNING", (1,), (2,), 1, 2, 0, 0, -1, 0),
+    )
+    snap = SchedulerSnapshot(
+        waiting=(),
+        running=("r1",),
+        remote=(),
+        finished_receiving=(),
+        failed_receiving=(),
+        pending_free_blocks=(),
+        pending_kv_decode_blocks=0,
+        cache_stats=(),
+        requests=rows,
+        mamba=(),
+        block_manager=None,
+    )
+    assert _frozen_rows_collapsed(snap, set()) is snap
+    assert _frozen_rows_collapsed(snap, {"r0"}).requests == (("r0",), rows[1])
+    parked = snap._replace(pending_free_blocks=(("r0", (2,)),))
+    assert _frozen_rows_collapsed(parked, {"r0"}) is parked  # named elsewhere: kept whole
+    assert _frozen_rows_collapsed(snap._replace(failed_receiving=("r0",)), {"r0"}).requests == rows
 
 
 @pytest.mark.parametrize("name", SCHEDULER_MUTANTS)

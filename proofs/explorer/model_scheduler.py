@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -71,8 +71,8 @@ class SchedulerBounds:
         "speculation": "draft tokens in decode steps",
         "soundness": "also fail when a decode step runs out of pages without draft tokens",
         "forget_finished": (
-            "finished requests no code can reach any more keyed by their snapshot row only "
-            "(their prompt, max_tokens and generated tokens no longer split states)"
+            "finished requests no code can reach any more keyed by their id only (their "
+            "prompt, max_tokens, output and final row no longer split states)"
         ),
     }
 
@@ -314,8 +314,14 @@ class SchedulerModel(Model):
         return {**self.options, "soundness": self.b.soundness or None}
 
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
-        forget = self.b.forget_finished
-        return (snap, _harness_extras(spec, forget), _harness_extras(target, forget))
+        if not self.b.forget_finished:
+            return (snap, _harness_extras(spec), _harness_extras(target))
+        gone_spec, gone_target = _forgotten(spec), _forgotten(target)
+        return (
+            _frozen_rows_collapsed(snap, gone_spec & gone_target),
+            _harness_extras(spec, gone_spec),
+            _harness_extras(target, gone_target),
+        )
 
     def reductions(self) -> dict[str, bool]:
         return {"forget_finished": self.b.forget_finished}
@@ -431,14 +437,46 @@ def _forgotten(h: Any) -> set[str]:
     return out
 
 
-def _harness_extras(h: Any, forget_finished: bool = False) -> tuple[Any, ...]:
+def _frozen_rows_collapsed(snap: Any, gone: set[str]) -> Any:
+    """``snap`` with the row of each request forgotten on both sides (``gone``) cut down to its id
+    — unless the snapshot names the id anywhere else (a queue, the connector's id sets, a parked
+    table), where the row stays whole.
+
+    Why nothing is lost: a forgotten request is finished and unreachable on both sides
+    (:func:`_forgotten`), so its row is the same on both sides now and can never change again —
+    every later spec-vs-target comparison of it passes. What else reads a row: the alphabet
+    (only whether it is finished, and how many requests there are: both kept, the id stays), the
+    placement invariant (only whether it is finished and where its id is placed: an id named
+    elsewhere keeps its row) and the page ledger (placed, lost and parked tables only; a
+    forgotten request is none of them). So two states that differ only in such rows (a finished
+    request's status, output length or stale table) have the same future verdicts."""
+    if not gone:
+        return snap
+    named = {
+        *snap.waiting,
+        *snap.running,
+        *snap.remote,
+        *snap.finished_receiving,
+        *snap.failed_receiving,
+        *(rid for rid, _ in snap.pending_free_blocks),
+    }
+    frozen = gone - named
+    if not frozen:
+        return snap
+    return snap._replace(
+        requests=tuple([(row[0],) if row[0] in frozen else row for row in snap.requests])
+    )
+
+
+def _harness_extras(h: Any, gone: Collection[str] = ()) -> tuple[Any, ...]:
     """What the scheduler snapshot leaves out but the future depends on: each request's prompt,
     max_tokens, multimodal flag and generated tokens, the connector's plan, requests lost to an
     out-of-pages step, and the hash tables of the sets (eviction order, id sets).
 
-    ``forget_finished``: a finished request that nothing but the harness's ``requests`` dict
-    refers to (:func:`~stateful_tests.sealed.sealed`: no scheduler queue, table or id set can
-    reach it) is keyed by its id alone — its snapshot row is in the snapshot. Nothing reads the
+    ``gone``: the requests :func:`_forgotten` found (with ``forget_finished``). A finished
+    request that nothing but the harness's ``requests`` dict refers to
+    (:func:`~stateful_tests.sealed.sealed`: no scheduler queue, table or id set can reach it) is
+    keyed by its id alone (its snapshot row: :func:`_frozen_rows_collapsed`). Nothing reads the
     rest again: the alphabet names live requests only (aborts, admission queries, step plans),
     the harness hands a request out only for those events (an abort of a finished request
     returns False after reading its status), and the harness invariants read the snapshot, the
@@ -446,7 +484,6 @@ def _harness_extras(h: Any, forget_finished: bool = False) -> tuple[Any, ...]:
     request's prompt, budget or output have the same future on both sides."""
     s = h.s
     requests = h.requests
-    gone = _forgotten(h) if forget_finished else ()
     rows: list[tuple[Any, ...]] = []
     for rid in sorted(requests):
         if rid in gone:
