@@ -39,23 +39,34 @@ def _immutable(value: Any) -> bool:
     return _atom(value) or (type(value) is tuple and all(map(_atom, value)))
 
 
+def _all_immutable(values: Any) -> bool:
+    """``all(map(_immutable, values))``, plain atoms (the common case) decided by their type."""
+    for x in values:
+        if type(x) not in _ATOM_TYPES and not _immutable(x):
+            return False
+    return True
+
+
+_ATOM_TYPES = frozenset(_ATOMS)
+
+
 def _sealed_value(value: Any) -> bool:
     """An attribute value that only its owner's ``__dict__`` refers to (or an immutable one)."""
-    if _immutable(value):
-        return True
     kind = type(value)
+    if kind in _ATOM_TYPES or _immutable(value):
+        return True
     if kind in _CONTAINERS:
         if _getrefcount(value) > OWNED_ONCE + 1:  # + the caller's loop name
             return False
         if kind is dict:
-            return all(map(_atom, value)) and all(map(_immutable, value.values()))
-        return all(map(_immutable, value))
+            return all(map(_atom, value)) and _all_immutable(value.values())
+        return _all_immutable(value)
     inner = getattr(value, "__dict__", None)
     if type(inner) is not dict or isinstance(value, type):
         return False
     if _getrefcount(value) > OWNED_ONCE + 1 or _weakrefs(value):
         return False
-    return all(map(_immutable, inner.values()))
+    return _all_immutable(inner.values())
 
 
 def sealed(owner: dict[Any, Any], key: Any) -> bool:
@@ -67,4 +78,7 @@ def sealed(owner: dict[Any, Any], key: Any) -> bool:
     attributes = getattr(obj, "__dict__", None)
     if type(attributes) is not dict:
         return False
-    return all(map(_sealed_value, attributes.values()))
+    for value in attributes.values():
+        if type(value) not in _ATOM_TYPES and not _sealed_value(value):
+            return False
+    return True

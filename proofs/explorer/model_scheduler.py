@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import itertools
 import sys
+import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -268,7 +270,22 @@ class SchedulerModel(Model):
         state["s"] = _clone_scheduler(s, h.connector, memo) or clone(s, memo)
         copied = object.__new__(type(h))
         copied.__dict__ = state
+        known = self._gone.get(h)
+        if known:  # (an exact copy: what was unreachable in h is unreachable in the copy)
+            self._gone[copied] = known
         return copied
+
+    def forgotten(self, h: Any) -> frozenset[str]:
+        """:func:`_forgotten`, each request tested until it is found forgotten: from then on it
+        stays so in ``h`` and in every exact copy of it (:meth:`clone` hands the finding on), since
+        nothing can reach it to change that — the alphabet never names a finished request, and the
+        harness hands out only the requests an event names (:func:`_harness_extras`)."""
+        known = self._gone.get(h, frozenset())
+        found = _forgotten(h, known)
+        if not found:
+            return known
+        now = self._gone[h] = known | found
+        return now
 
     def __init__(
         self,
@@ -297,6 +314,8 @@ class SchedulerModel(Model):
             vocab=bounds.vocab,
         )
         self._bm_fast: dict[type, Any] = {}
+        # harness -> the requests found forgotten in it (see forgotten())
+        self._gone: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
         self.prompts = [
             list(p)
             for n in range(1, bounds.prompt_tokens + 1)
@@ -316,7 +335,7 @@ class SchedulerModel(Model):
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
         if not self.b.forget_finished:
             return (snap, _harness_extras(spec), _harness_extras(target))
-        gone_spec, gone_target = _forgotten(spec), _forgotten(target)
+        gone_spec, gone_target = self.forgotten(spec), self.forgotten(target)
         return (
             _frozen_rows_collapsed(snap, gone_spec & gone_target),
             _harness_extras(spec, gone_spec),
@@ -423,13 +442,14 @@ class SchedulerModel(Model):
 _TERMINAL_NAMES = frozenset({"FINISHED", "CANCELED", "TIMEOUT", "FAILED"})
 
 
-def _forgotten(h: Any) -> set[str]:
+def _forgotten(h: Any, known: Collection[str] = ()) -> set[str]:
     """The ids of ``h``'s finished requests that only its ``requests`` dict refers to (and not
-    lost: a lost request is live to the harness)."""
+    lost: a lost request is live to the harness), leaving out the ``known`` ones (not tested)."""
     out: set[str] = set()
     requests, lost = h.requests, h.lost
     for rid in list(requests):
-        if rid in lost or not sealed(requests, rid):  # (sealed first: no extra reference yet)
+        if rid in known or rid in lost or not sealed(requests, rid):  # (sealed first: no
+            # extra reference to the request yet)
             continue
         status = getattr(requests[rid], "status", None)
         if getattr(status, "name", None) in _TERMINAL_NAMES:
@@ -437,7 +457,7 @@ def _forgotten(h: Any) -> set[str]:
     return out
 
 
-def _frozen_rows_collapsed(snap: Any, gone: set[str]) -> Any:
+def _frozen_rows_collapsed(snap: Any, gone: AbstractSet[str]) -> Any:
     """``snap`` with the row of each request forgotten on both sides (``gone``) cut down to its id
     — unless the snapshot names the id anywhere else (a queue, the connector's id sets, a parked
     table), where the row stays whole.
