@@ -41,10 +41,7 @@ def _immutable(value: Any) -> bool:
 
 def _all_immutable(values: Any) -> bool:
     """``all(map(_immutable, values))``, plain atoms (the common case) decided by their type."""
-    for x in values:
-        if type(x) not in _ATOM_TYPES and not _immutable(x):
-            return False
-    return True
+    return all(type(x) in _ATOM_TYPES or _immutable(x) for x in values)
 
 
 _ATOM_TYPES = frozenset(_ATOMS)
