@@ -240,7 +240,9 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 @pytest.fixture
 def small_ci_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's ``ci`` profile with fewer programs: this file tests the command, not the impl."""
-    small = settings(max_examples=30, deadline=None, database=None, phases=NO_SHRINK)
+    small = settings(
+        max_examples=30, deadline=None, database=None, phases=NO_SHRINK, derandomize=True
+    )
     monkeypatch.setattr(profiles, "get", lambda name: small)
 
 
