@@ -8,6 +8,7 @@ block-manager mutant found with a short, replayable counterexample; a saved trac
 from __future__ import annotations
 
 import json
+import pickle
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -24,14 +25,19 @@ from kvspec.cli import main
 from proofs.explorer import (
     BlockManagerBounds,
     BlockManagerModel,
+    Model,
     OffloadBounds,
     OffloadModel,
     SchedulerBounds,
     SchedulerModel,
     clone,
     clone_set,
+    exact_dumps,
+    exact_loads,
     explore,
+    rebuild_set,
     set_layout,
+    set_state,
 )
 
 BM = "infinilm-block-manager"
@@ -74,6 +80,72 @@ def test_clone_set_keeps_the_table_so_later_iteration_order_is_the_same() -> Non
             for y in (a, b):
                 (y.add if add else y.discard)(x)
             assert list(a) == list(b)
+
+
+def test_a_set_rebuilt_from_its_table_description_is_laid_out_and_iterates_alike() -> None:
+    """What ``--workers`` sends between forked processes: a set as its table (fill, size, finger,
+    each element's slot, each dummy's slot), rebuilt exactly — tables of every size, large ints."""
+    rng = random.Random(5)
+    for _ in range(300):
+        universe = rng.choice((4, 8, 13, 40, 1000))
+        a: set[int] = set()
+        for _ in range(rng.randint(0, 60)):
+            (a.add if rng.random() < 0.6 else a.discard)(rng.randrange(universe))
+        if a and rng.random() < 0.3:
+            a.pop()  # moves the finger
+        state = set_state(a)
+        b = rebuild_set(pickle.loads(pickle.dumps(state)))
+        assert list(a) == list(b) and set_state(b) == state
+        if universe <= 256:  # small ints are shared objects: the raw tables are equal too
+            assert set_layout(a) == set_layout(b)
+        for _ in range(40):
+            x, op = rng.randrange(universe), rng.random()
+            for y in (a, b):
+                if op < 0.5:
+                    y.add(x)
+                elif op < 0.9:
+                    y.discard(x)
+                elif y:
+                    y.pop()
+            assert list(a) == list(b)
+
+
+def test_exact_pickle_keeps_set_tables_and_aliasing() -> None:
+    s = {0, 1, 2}
+    s.discard(0)
+    s.discard(1)
+    s.update((0, 1))
+    graph = {"a": s, "b": s, "t": [s, {b"x": {5}}]}
+    copy = exact_loads(exact_dumps(graph))
+    assert list(copy["a"]) == list(s) != sorted(s)  # pickle alone would give sorted order here
+    assert list(pickle.loads(pickle.dumps(s))) == sorted(s)
+    assert copy["a"] is copy["b"] is copy["t"][0] and copy["a"] is not s
+    assert copy["t"][1] == {b"x": {5}}
+
+
+def test_block_manager_states_cross_workers_as_exact_copies() -> None:
+    """The block-manager model's own packing (kvspec's classes as plain values) gives objects
+    the generic clone cannot tell from the originals, mutants' classes kept."""
+    from proofs.explorer.set_clone import deep_key
+
+    for cls in (ImplBlockManager, CATALOGUE["lifo_free_list"].cls):
+        model = BlockManagerModel(BM, cls, "t", BlockManagerBounds())
+        spec, target, gen = model.initial()
+        for side in (spec, target):
+            side.allocate_slots(4, 0)
+            table, _ = side.allocate_slots(2, 0)
+            side.publish_computed_blocks(table, [b"\x07" * 16], 0, 2)
+            side.free_blocks(table)
+            side.used_block_ids.discard(table[0])
+            side.used_block_ids.add(table[0])
+        gen = ((0, (0, 1), 4, ()),)
+        data = model.pack(spec, target, gen)
+        assert data[:1] == b"F"  # the fast path, not the generic pickle
+        spec2, target2, gen2 = model.unpack(data)
+        assert gen2 == gen and type(spec2) is type(spec) and type(target2) is cls
+        assert deep_key(spec2) == deep_key(spec) and deep_key(target2) == deep_key(target)
+        generic = Model.unpack(model, Model.pack(model, spec, target, gen))  # exact_dumps
+        assert deep_key(generic[1]) == deep_key(target)
 
 
 def test_generic_clone_keeps_aliasing_and_is_independent() -> None:

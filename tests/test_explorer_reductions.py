@@ -91,6 +91,44 @@ def test_workers_give_the_serial_states_and_verdicts() -> None:
     serial, parallel = explore(model), explore(model, workers=2)
     assert summary(serial) == summary(parallel) and parallel.workers == 2
     assert parallel.edges == serial.edges
+    # states crossed as exact copies, none as paths to replay
+    assert parallel.transferred_states > 0 and parallel.replayed_paths == 0
+
+
+class HoldsALocalFunction(ImplBlockManager):
+    """A target pickle cannot write (a closure): its states cross workers as paths."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(num_blocks, block_size)
+        self.hook = lambda: None
+
+
+def test_workers_replay_paths_where_states_cannot_be_packed() -> None:
+    model = BlockManagerModel(BM, HoldsALocalFunction, "t", SMALL_BM)
+    serial, parallel = explore(model), explore(model, workers=2)
+    assert summary(serial) == summary(parallel) and serial.passed
+    assert parallel.replayed_paths > 0 and parallel.transferred_states == 0
+
+
+@pytest.mark.parametrize(
+    ("component", "argv"),
+    [
+        ("vllm-arc", ["--variant", "no_fallback", "--keys", "3", "--capacity", "2"]),
+        ("vllm-prefix-cache", ["--variant", "classic", "--blocks", "2"]),
+        ("sglang-radix-cache", ["--variant", "lru", "--pages", "2"]),
+    ],
+)
+def test_every_model_sends_exact_copies_between_workers(
+    component: str, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = []
+    for workers in ("1", "2"):
+        assert main(["explore", component, *argv, "--workers", workers, "--json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    serial, parallel = docs
+    for key in ("distinct_states", "distinct_snapshots", "edges", "complete"):
+        assert serial[key] == parallel[key], key
+    assert parallel["transferred_states"] > 0 and parallel["replayed_paths"] == 0
 
 
 @pytest.mark.parametrize("name", ["lifo_free_list", "publish_deduplicates"])
@@ -114,7 +152,9 @@ def test_scheduler_search_is_the_same_with_batches_and_workers() -> None:
     model = SchedulerModel("infinilm-scheduler", ImplScheduler, "impl", SMALL_SCHED)
     plain = explore(model, memo=False)
     assert plain.passed and plain.complete
-    assert summary(explore(model)) == summary(plain) == summary(explore(model, workers=2))
+    parallel = explore(model, workers=2)
+    assert summary(explore(model)) == summary(plain) == summary(parallel)
+    assert parallel.transferred_states > 0 and parallel.replayed_paths == 0
 
 
 @pytest.mark.parametrize("component", ["vllm-arc", "vllm-lru"])

@@ -55,7 +55,11 @@ from proofs.explorer.set_clone import (
     clone,
     clone_set,
     cloner_ready,
+    exact_dumps,
+    exact_loads,
+    rebuild_set,
     set_layout,
+    set_state,
 )
 from stateful_tests.lockstep import Check
 
@@ -85,10 +89,14 @@ __all__ = [
     "clone",
     "clone_set",
     "cloner_ready",
+    "exact_dumps",
+    "exact_loads",
     "explore",
     "make_bounds",
     "rebuild",
+    "rebuild_set",
     "rejected",
     "run",
     "set_layout",
+    "set_state",
 ]

@@ -85,6 +85,8 @@ class Exploration:
             "executed_calls": sum(r.executed_calls for r in results),
             "peak_memory_mb": max((round(r.peak_memory_mb, 1) for r in results), default=0.0),
             "workers": max((r.workers for r in results), default=1),
+            "transferred_states": sum(r.transferred_states for r in results),
+            "replayed_paths": sum(r.replayed_paths for r in results),
             "states_per_depth": [sum(col) for col in zip_longest(*depths, fillvalue=0)],
             "complete": bool(results) and all(r.complete for r in results),
             "violations": violations,

@@ -12,6 +12,8 @@ every edge (``referenced_count_matches_live_pages``).
 from __future__ import annotations
 
 import itertools
+import pickle
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
@@ -19,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 from proofs.explorer.search import Edge, Model, check_ranges, rejected
 from proofs.explorer.set_classes import MAX_IDS, layout_classes
-from proofs.explorer.set_clone import clone, clone_set, set_layout
+from proofs.explorer.set_clone import clone, clone_set, rebuild_set, set_layout, set_state
 from spec import invariants as inv
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager
@@ -160,6 +162,75 @@ def _block_manager_cloner(cls: type) -> Any:
         return copied
 
     return fast
+
+
+_CONTAINERS = frozenset({"blocks", "free_block_ids", "used_block_ids", "hash_to_block_ids"})
+
+
+def _pack_manager(bm: Any, kind: int) -> tuple[Any, ...] | None:
+    """One of kvspec's own block managers as plain values (``kind``: which of the model's two
+    classes), every set as its table (:func:`set_state`); ``None`` for any other shape."""
+    from impl.infinilm import block_manager as impl_bm
+    from spec.infinilm import block_manager as spec_bm
+
+    state = bm.__dict__
+    if not state.keys() <= _BM_ATTRIBUTES:
+        return None
+    blocks: list[Any] = []
+    for b in state["blocks"]:
+        if type(b) is impl_bm.Block:
+            blocks.append((b.block_id, b.ref_count, b.hash))
+        elif type(b) is spec_bm.Block:
+            blocks.append(tuple(b.__dict__.items()))
+        else:
+            return None
+    free = state["free_block_ids"]
+    if type(free) is not deque or free.maxlen is not None:
+        return None
+    fields: list[Any] = []
+    for name, value in state.items():
+        if name == "blocks":
+            value = tuple(blocks)
+        elif name == "free_block_ids":
+            value = tuple(value)
+        elif name == "used_block_ids":
+            value = set_state(value)
+        elif name == "hash_to_block_ids":
+            value = tuple([(h, set_state(ids)) for h, ids in value.items()])
+        fields.append((name, value))
+    return (kind, tuple(fields))
+
+
+def _unpack_manager(packed: tuple[Any, ...], classes: tuple[type, type]) -> Any:
+    from impl.infinilm import block_manager as impl_bm
+    from spec.infinilm import block_manager as spec_bm
+
+    kind, fields = packed
+    new = object.__new__
+    state: dict[str, Any] = {}
+    for name, value in fields:
+        if name == "blocks":
+            blocks = []
+            for b in value:
+                c: Any
+                if type(b[0]) is tuple:  # a spec page: its attributes
+                    c = new(spec_bm.Block)
+                    c.__dict__.update(b)
+                else:
+                    c = new(impl_bm.Block)
+                    c.block_id, c.ref_count, c.hash = b
+                blocks.append(c)
+            value = blocks
+        elif name == "free_block_ids":
+            value = deque(value)
+        elif name == "used_block_ids":
+            value = rebuild_set(value)
+        elif name in _CONTAINERS:
+            value = {h: rebuild_set(ids) for h, ids in value}
+        state[name] = value
+    made: Any = new(classes[kind])
+    made.__dict__.update(state)
+    return made
 
 
 REQUEST, PIN = 0, 1
@@ -483,6 +554,25 @@ class BlockManagerModel(Model):
         if fast is not False and obj.__dict__.keys() <= _BM_ATTRIBUTES:
             return fast(obj)
         return clone(obj)
+
+    def pack(self, spec: Any, target: Any, gen: Any) -> bytes:
+        """kvspec's own block managers as plain values (three times faster than the generic
+        pickle of their objects); anything else the generic way."""
+        classes = (self.spec_cls, self.target_cls)
+        packed = [
+            _pack_manager(x, kind) if type(x) is classes[kind] else None
+            for kind, x in enumerate((spec, target))
+        ]
+        if packed[0] is None or packed[1] is None:
+            return b"G" + super().pack(spec, target, gen)
+        return b"F" + pickle.dumps((*packed, gen), pickle.HIGHEST_PROTOCOL)
+
+    def unpack(self, data: bytes) -> tuple[Any, Any, Any]:
+        if data[:1] == b"G":
+            return super().unpack(data[1:])
+        classes: tuple[type, type] = (self.spec_cls, self.target_cls)  # type: ignore[assignment]
+        spec, target, gen = pickle.loads(data[1:])
+        return _unpack_manager(spec, classes), _unpack_manager(target, classes), gen
 
     def pair_key(self, snap: Any, spec: Any, target: Any) -> Hashable:
         # the snapshot (both sides equal it by now), then what it leaves out on either side

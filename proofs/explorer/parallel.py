@@ -3,9 +3,13 @@
 Every state has an owner, its pair's fingerprint modulo N (so all states of one spec/target pair
 meet in one worker's transition memo); each worker keeps the visited fingerprints and
 the frontier of the states it owns and expands them with its own :class:`~.engine.Expander`. A
-successor owned by another worker is sent to it as its *path* (edge indices from the initial
-state) and rebuilt there by replaying that path on fresh objects — exact by construction (set
-tables included), and nothing but small ints crosses a process boundary. Layers are synchronous:
+successor owned by another worker is sent to it as its objects — exact copies, every set with
+its hash table (:meth:`Model.pack`, :func:`~.set_clone.exact_dumps`; workers are forks of one
+process, so element hashes and the addresses of shared objects agree) — together with its *path*
+(edge indices from the initial state). The owner fingerprints what it unpacked; a state that
+cannot be packed (an object ``pickle`` cannot write) or does not fingerprint as sent is rebuilt
+by replaying its path on fresh objects instead, which is exact by construction but costs one
+call per step of the path (``replayed_paths`` in the result). Layers are synchronous:
 every state of depth d is expanded (by whichever worker) before any of depth d+1, so a
 counterexample is still a shortest one; several found in one layer resolve to the least path.
 
@@ -17,9 +21,10 @@ Fingerprints are ``hash()`` values, and those only mean the same in forked copie
 on CPython 3.11 ``hash(None)`` is an address, and the set tables in a pair key hold element
 addresses. A backend whose workers are other interpreters says ``portable = True``; its workers
 then route a state by a digest of its pair's snapshot that every interpreter computes alike
-(:func:`stable_digest`), and an owner fingerprints every state it is sent itself (after replaying
-its path) instead of trusting the sender's number. Ownership stays by pair, so a pair's states
-still share one memo; the cost is a replay per incoming path and a digest per new pair.
+(:func:`stable_digest`), states cross as paths only, and an owner fingerprints every state it
+is sent itself (after replaying its path) instead of trusting the sender's number. Ownership
+stays by pair, so a pair's states still share one memo; the cost is a replay per incoming path
+and a digest per new pair.
 """
 
 from __future__ import annotations
@@ -170,6 +175,10 @@ class _Worker:
         self.frontier: list[tuple[Path, int, int]] = []
         self.nxt: list[tuple[Path, int, int]] = []
         self.sent: set[int] = set()  # fingerprints already sent to their owner
+        # states cross as exact copies of their objects between forked workers (hash values and
+        # addresses of shared objects agree there); a portable search sends paths
+        self.exact = not portable
+        self.transferred = self.replayed = self.mismatches = 0
 
     def accept(
         self, fp: int, path: Path, pid: int, gid: int, objects: tuple[Any, Any, Any]
@@ -188,7 +197,7 @@ class _Worker:
 
     def expand(self, deadline: float | None) -> tuple[Any, ...]:
         exp, n, wid = self.exp, self.n, self.wid
-        outgoing: list[list[tuple[int, Path]]] = [[] for _ in range(n)]
+        outgoing: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(n)]
         fps, routes = exp.pair_fps, self.routes
         ghash = exp.gen_hash
         for done, (path, pid, gid) in enumerate(self.frontier):
@@ -203,7 +212,9 @@ class _Worker:
                 if owner != wid:
                     if fp not in self.sent:
                         self.sent.add(fp)
-                        outgoing[owner].append((fp, (*path, index)))
+                        outgoing[owner].append(
+                            (fp, (*path, index), self.pack(pid, gid, index, succ, g, objects))
+                        )
                     continue
                 if fp in self.seen:
                     continue
@@ -213,13 +224,41 @@ class _Worker:
                     return ("found", (*path, index), problem)
         return ("layer", outgoing, 0)
 
-    def ingest(self, items: list[tuple[int, Path]]) -> tuple[Any, ...]:
-        for fp, path in items:
+    def pack(self, pid: int, gid: int, index: int, succ: int, g: int, objects: Any) -> bytes | None:
+        """A successor sent to its owner as its objects (exact copies, set tables included:
+        :meth:`Model.pack`), or ``None`` where only its path can go (a portable
+        search, or objects ``pickle`` cannot write): the owner then replays the path."""
+        if not self.exact:
+            return None
+        exp = self.exp
+        objects = objects or exp.objects.get(succ) or exp.materialize(pid, gid, index)
+        try:
+            packed: bytes = exp.model.pack(objects[0], objects[1], exp.gens[g])
+            return packed
+        except Exception:  # an object pickle cannot write (a lock, a thread): paths from now on
+            self.exact = False
+            return None
+
+    def ingest(self, items: list[tuple[int, Path, bytes | None]]) -> tuple[Any, ...]:
+        exp = self.exp
+        for fp, path, packed in items:
             if fp in self.seen and not self.portable:
                 continue
-            spec, target, snap, gen = replay(self.exp, path)
-            pid = self.exp.pair(spec, target, snap)
-            gid = self.exp.gid(gen)
+            pid = -1
+            if packed is not None:
+                spec, target, gen = exp.model.unpack(packed)
+                snap = exp.model.reader(spec)
+                pid, gid = exp.pair(spec, target, snap), exp.gid(gen)
+                if exp.fingerprint(pid, gid) == fp:
+                    self.transferred += 1
+                else:  # not the state sent (a key that holds addresses of other objects than
+                    self.mismatches += 1  # small ints and shared ones): rebuilt from its path
+                    pid = -1
+            if pid < 0:
+                spec, target, snap, gen = replay(exp, path)
+                self.replayed += 1
+                pid = exp.pair(spec, target, snap)
+            gid = exp.gid(gen)
             if self.portable:  # the sender's number means nothing here: this process's own
                 fp = self.exp.fingerprint(pid, gid)
                 if fp in self.seen:
@@ -231,7 +270,17 @@ class _Worker:
         self.exp.retain({pid for _, pid, _ in self.frontier})
         exp = self.exp
         rss = peak_mb()
-        return ("ok", len(self.seen), len(self.frontier), exp.edges, exp.executed, exp.dropped, rss)
+        return (
+            "ok",
+            len(self.seen),
+            len(self.frontier),
+            exp.edges,
+            exp.executed,
+            exp.dropped,
+            rss,
+            self.transferred,
+            self.replayed,
+        )
 
 
 def explore_layers(
@@ -295,7 +344,7 @@ def explore_layers(
             if founds:
                 found = min(founds, key=lambda f: (len(f[0]), f[0]))
                 break
-            incoming: list[list[tuple[int, Path]]] = [[] for _ in range(workers)]
+            incoming: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(workers)]
             for r in replies:
                 for i, items in enumerate(r[1]):
                     incoming[i].extend(items)
@@ -313,6 +362,8 @@ def explore_layers(
             result.executed_calls = sum(r[4] for r in oks)
             result.dropped_edges = sum(r[5] for r in oks)
             result.peak_memory_mb = sum(r[6] for r in oks) + peak_mb()
+            result.transferred_states = sum(r[7] for r in oks)
+            result.replayed_paths = sum(r[8] for r in oks)
             result.distinct_states = totals[0]
             if totals[1]:
                 result.max_depth = layer + 1

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from proofs.explorer.engine import Expander, _freeze, _state_invariants, peak_mb
-from proofs.explorer.set_clone import clone, cloner_ready
+from proofs.explorer.set_clone import clone, cloner_ready, exact_dumps, exact_loads
 from stateful_tests.lockstep import (
     Check,
     Divergence,
@@ -176,6 +176,17 @@ class Model:
         """An exact copy of one side (:func:`clone`; a model may know a faster exact way)."""
         return clone(obj)
 
+    def pack(self, spec: Any, target: Any, gen: Any) -> bytes:
+        """A state as bytes for another worker forked from this process (``--workers``): exact
+        copies, set tables included (:func:`exact_dumps`). A model may know a faster exact way
+        for its own classes; it must raise (as ``pickle`` does) where it cannot."""
+        return exact_dumps((spec, target, gen))
+
+    def unpack(self, data: bytes) -> tuple[Any, Any, Any]:
+        """(spec, target, gen) from :meth:`pack`'s bytes."""
+        spec, target, gen = exact_loads(data)
+        return spec, target, gen
+
     def validate_first(self, method: str, exc: BaseException) -> bool:
         return False
 
@@ -253,6 +264,10 @@ class ExploreResult:
     executed_calls: int = 0  # edges run on both sides (the others: remembered verdicts)
     peak_memory_mb: float = 0.0  # peak resident memory of the search's processes
     workers: int = 1
+    # --workers: states sent to their owner as exact copies, and as paths the owner replayed
+    # (a portable search, or objects pickle cannot write)
+    transferred_states: int = 0
+    replayed_paths: int = 0
     reductions: dict[str, bool] = field(default_factory=dict)
     # distinct states first reached at each depth (index 0: the initial state); sums to
     # distinct_states. What kvspec explore --plot draws.
@@ -285,6 +300,8 @@ class ExploreResult:
             "executed_calls": self.executed_calls,
             "peak_memory_mb": round(self.peak_memory_mb, 1),
             "workers": self.workers,
+            "transferred_states": self.transferred_states,
+            "replayed_paths": self.replayed_paths,
             "reductions": self.reductions,
             "states_per_depth": self.states_per_depth,
             "complete": self.complete,

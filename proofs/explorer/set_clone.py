@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import ctypes
 import enum
+import io
+import pickle
 import types
 from collections import OrderedDict, deque
 from typing import Any
@@ -121,6 +123,115 @@ def _copy_table(s: set[Any], copied: set[Any]) -> set[Any]:
         dst.table = table
     dst.mask, dst.fill, dst.finger = mask, src.fill, src.finger
     return copied
+
+
+def _dummy_address() -> int:
+    """The address of CPython's dummy key (what a removed entry points to)."""
+    s = {1 << 40}
+    s.discard(1 << 40)
+    src = _SetObject.from_address(id(s))
+    entries = (_SetEntry * (src.mask + 1)).from_address(src.table)
+    found = [e.key for e in entries if e.hash == -1]
+    if len(found) != 1 or not found[0]:
+        raise ExplorerUnsupported("this interpreter's sets mark removed entries another way")
+    return int(found[0])
+
+
+_DUMMY: list[int] = []
+
+# (fill, mask, finger, slots of the elements in iteration order, slots of the dummies, elements)
+SetState = tuple[int, int, int, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]
+
+
+def set_state(s: set[Any]) -> SetState:
+    """A description of ``s``'s hash table that names no address: fill, size, the ``pop`` finger,
+    which slot each element and each dummy sits in. :func:`rebuild_set` turns it back into a set
+    with that table, in this process or in a forked copy of it (element hashes must agree: the
+    same interpreter and hash seed)."""
+    if not _DUMMY:
+        _DUMMY.append(_dummy_address())
+    dummy = _DUMMY[0]
+    words = _WORD
+    if words is not None:
+        at = id(s) >> 3
+        fill, mask, finger = words[at + _FILL], words[at + _MASK], words[at + _FINGER]
+        first = words[at + _TABLE] >> 3
+        keys = words[first : first + 2 * (mask + 1) : 2]  # (key, hash) pairs: the keys
+    else:
+        src = _SetObject.from_address(id(s))
+        fill, mask, finger = src.fill, src.mask, src.finger
+        keys = memoryview(ctypes.string_at(src.table, (mask + 1) * 16)).cast("q")[::2]
+    slots = tuple(i for i, k in enumerate(keys) if k and k != dummy)
+    dummies = tuple(i for i, k in enumerate(keys) if k == dummy)
+    return fill, mask, finger, slots, dummies, tuple(s)  # iteration = slot order
+
+
+def rebuild_set(state: SetState) -> set[Any]:
+    """The set :func:`set_state` described: the same elements in the same slots, the same dummies,
+    fill, size and finger, hence the same iteration order now and after any later operations."""
+    fill, mask, finger, slots, dummies, elements = state
+    if not _DUMMY:
+        _DUMMY.append(_dummy_address())
+    made = set(elements)  # holds a reference to each element, as the table below does
+    table = bytearray((mask + 1) * 16)
+    words = memoryview(table).cast("q")
+    for slot, element in zip(slots, elements, strict=True):
+        words[2 * slot], words[2 * slot + 1] = id(element), hash(element)
+    for slot in dummies:
+        words[2 * slot], words[2 * slot + 1] = _DUMMY[0], -1
+    dst = _SetObject.from_address(id(made))
+    small = id(made) + _SMALLTABLE
+    if mask == 7:
+        if dst.table != small:
+            _free(dst.table)
+            dst.table = small
+        ctypes.memmove(small, bytes(table), len(table))
+    else:
+        memory = _malloc(len(table))
+        if not memory:
+            raise MemoryError("cannot allocate a set table")
+        ctypes.memmove(memory, bytes(table), len(table))
+        if dst.table != small:
+            _free(dst.table)
+        dst.table = memory
+    dst.mask, dst.fill, dst.finger = mask, fill, finger
+    return made
+
+
+class _ExactPickler(pickle.Pickler):
+    """A pickler that writes every set as its table (:func:`set_state`), aliasing kept."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is set:
+            return ("set", id(obj), set_state(obj))
+        return None
+
+
+class _ExactUnpickler(pickle.Unpickler):
+    def __init__(self, data: io.BytesIO) -> None:
+        super().__init__(data)
+        self.sets: dict[int, set[Any]] = {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        _, ident, state = pid
+        found = self.sets.get(ident)
+        if found is None:
+            found = self.sets[ident] = rebuild_set(state)
+        return found
+
+
+def exact_dumps(obj: Any) -> bytes:
+    """``obj``'s object graph as bytes, every set with its hash table: :func:`exact_loads` in this
+    process or a forked copy of it gives an exact copy (what ``pickle`` alone does not: it rebuilds
+    sets by insertion). Raises whatever ``pickle`` raises for an object it cannot write."""
+    out = io.BytesIO()
+    _ExactPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return out.getvalue()
+
+
+def exact_loads(data: bytes) -> Any:
+    """The object graph :func:`exact_dumps` wrote, sets laid out as they were."""
+    return _ExactUnpickler(io.BytesIO(data)).load()
 
 
 def set_layout(s: set[Any]) -> tuple[int, bytes]:
