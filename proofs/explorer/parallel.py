@@ -35,6 +35,7 @@ import enum
 import hashlib
 import multiprocessing
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -175,6 +176,7 @@ class _Worker:
         self.frontier: list[tuple[Path, int, int]] = []
         self.nxt: list[tuple[Path, int, int]] = []
         self.sent: set[int] = set()  # fingerprints already sent to their owner
+        self.kept: set[int] = set()  # pairs of the next frontier (they keep their objects)
         # states cross as exact copies of their objects between forked workers (hash values and
         # addresses of shared objects agree there); a portable search sends paths
         self.exact = not portable
@@ -193,6 +195,7 @@ class _Worker:
             seen = self.exp.model.observable(snap, gen)
             self.observed.add(stable_digest(seen) if self.portable else hash(seen))
             self.nxt.append((path, pid, gid))
+            self.kept.add(pid)
         return problem
 
     def expand(self, deadline: float | None) -> tuple[Any, ...]:
@@ -200,10 +203,15 @@ class _Worker:
         outgoing: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(n)]
         fps, routes = exp.pair_fps, self.routes
         ghash = exp.gen_hash
+        # as in the serial loop: the last frontier state of a pair that no next-layer state
+        # shares may use the pair's objects themselves for its last call (no copies)
+        left = Counter(pid for _, pid, _ in self.frontier)
+        kept = self.kept = set()
         for done, (path, pid, gid) in enumerate(self.frontier):
             if deadline is not None and time.perf_counter() > deadline:
                 return ("deadline", outgoing, len(self.frontier) - done)
-            successors, found = exp.expand(pid, gid)
+            left[pid] -= 1
+            successors, found = exp.expand(pid, gid, not left[pid] and pid not in kept)
             if found is not None:
                 return ("found", (*path, *found[0]), found[1])
             for index, succ, g, objects in successors:
