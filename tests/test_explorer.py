@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import random
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,10 @@ def test_exact_pickle_keeps_set_tables_and_aliasing() -> None:
     assert list(pickle.loads(pickle.dumps(s))) == sorted(s)
     assert copy["a"] is copy["b"] is copy["t"][0] and copy["a"] is not s
     assert copy["t"][1] == {b"x": {5}}
+    rid, built = sys.intern("r7"), "".join(["r", "7"])
+    ids = exact_loads(exact_dumps([rid, built, {rid}]))
+    assert ids[0] is rid and next(iter(ids[2])) is rid  # interned strings stay the one object
+    assert ids[1] == built
 
 
 def test_block_manager_states_cross_workers_as_exact_copies() -> None:

@@ -110,6 +110,20 @@ def test_workers_replay_paths_where_states_cannot_be_packed() -> None:
     assert parallel.replayed_paths > 0 and parallel.transferred_states == 0
 
 
+def test_scheduler_with_a_connector_is_the_same_with_workers() -> None:
+    """Request ids reach the connector's id sets, whose tables hold the ids' addresses: a
+    transferred state must keep its interned ids (else its successors would get other keys and
+    the parallel search would count states the serial one merges)."""
+    bounds = SchedulerBounds(connector=True, requests=1, pages=2, prompt_tokens=2)
+    model = SchedulerModel("infinilm-scheduler", ImplScheduler, "impl", bounds)
+    serial, parallel = explore(model), explore(model, workers=2)
+    # (not distinct_snapshots: a state whose forgotten rows are cut counts the snapshot it was
+    # first reached with, and which one comes first depends on the order of the search)
+    assert serial.passed and parallel.passed and parallel.complete
+    assert parallel.distinct_states == serial.distinct_states
+    assert parallel.transferred_states > 0 and parallel.replayed_paths == 0
+
+
 @pytest.mark.parametrize(
     ("component", "argv"),
     [

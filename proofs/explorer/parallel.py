@@ -5,7 +5,8 @@ meet in one worker's transition memo); each worker keeps the visited fingerprint
 the frontier of the states it owns and expands them with its own :class:`~.engine.Expander`. A
 successor owned by another worker is sent to it as its objects — exact copies, every set with
 its hash table (:meth:`Model.pack`, :func:`~.set_clone.exact_dumps`; workers are forks of one
-process, so element hashes and the addresses of shared objects agree) — together with its *path*
+process, so element hashes and the addresses of small ints and interned strings agree: a set's
+table holds its elements' addresses, which the pair key compares) — together with its *path*
 (edge indices from the initial state). The owner fingerprints what it unpacked; a state that
 cannot be packed (an object ``pickle`` cannot write) or does not fingerprint as sent is rebuilt
 by replaying its path on fresh objects instead, which is exact by construction but costs one

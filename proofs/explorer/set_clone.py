@@ -17,6 +17,7 @@ import ctypes
 import enum
 import io
 import pickle
+import sys
 import types
 from collections import OrderedDict, deque
 from typing import Any
@@ -198,12 +199,27 @@ def rebuild_set(state: SetState) -> set[Any]:
     return made
 
 
+def _interned(s: str) -> bool:
+    """``s`` is the interpreter's interned copy of its value (CPython's ``state.interned`` bits of
+    the string header, read without interning anything; self-tested by :func:`cloner_ready`)."""
+    return _MEM is not None and bool(_MEM[id(s) + _STR_STATE] & 3)
+
+
+_STR_STATE = 32  # PyASCIIObject: ob_refcnt, ob_type, length, hash, then the state bit field
+
+
 class _ExactPickler(pickle.Pickler):
-    """A pickler that writes every set as its table (:func:`set_state`), aliasing kept."""
+    """A pickler that writes every set as its table (:func:`set_state`), aliasing kept, and every
+    interned string as a reference to the interned object (a plain load makes a new string, and a
+    set that later holds it would hold another address than the sender's copy: another key)."""
 
     def persistent_id(self, obj: Any) -> Any:
-        if type(obj) is set:
-            return ("set", id(obj), set_state(obj))
+        t = type(obj)
+        # (a persistent id is pickled through this method too: its tags hold no strings)
+        if t is set:
+            return (id(obj), set_state(obj))
+        if t is str and _interned(obj):
+            return obj.encode("utf-8", "surrogatepass")
         return None
 
 
@@ -213,7 +229,9 @@ class _ExactUnpickler(pickle.Unpickler):
         self.sets: dict[int, set[Any]] = {}
 
     def persistent_load(self, pid: Any) -> Any:
-        _, ident, state = pid
+        if type(pid) is bytes:
+            return sys.intern(pid.decode("utf-8", "surrogatepass"))
+        ident, state = pid
         found = self.sets.get(ident)
         if found is None:
             found = self.sets[ident] = rebuild_set(state)
@@ -368,6 +386,9 @@ def _self_test() -> None:
                 (y.add if add else y.discard)(x)
             if list(s) != list(c) or set_layout(s) != set_layout(c):
                 raise ExplorerUnsupported("this interpreter's set layout is not the one expected")
+    built = "".join(["kvspec", "-probe-", str(rng.random())])  # a new string: not interned
+    if _MEM is not None and (_interned(built) or not _interned(sys.intern("kvspec-probe"))):
+        raise ExplorerUnsupported("this interpreter's string headers are not the ones expected")
 
 
 _TESTED: list[bool] = []
