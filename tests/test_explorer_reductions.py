@@ -142,7 +142,10 @@ def test_every_model_sends_exact_copies_between_workers(
     serial, parallel = docs
     for key in ("distinct_states", "distinct_snapshots", "edges", "complete"):
         assert serial[key] == parallel[key], key
-    assert parallel["transferred_states"] > 0 and parallel["replayed_paths"] == 0
+    assert parallel["transferred_states"] > 0
+    # the radix cache's sets hold tree nodes, hashed by identity: a copy's nodes hash elsewhere,
+    # so those states are replayed from their paths (set_clone.NotPortable); the rest never are
+    assert (parallel["replayed_paths"] > 0) is (component == "sglang-radix-cache")
 
 
 @pytest.mark.parametrize("name", ["lifo_free_list", "publish_deduplicates"])

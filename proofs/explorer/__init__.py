@@ -52,6 +52,7 @@ from proofs.explorer.search import (
 )
 from proofs.explorer.set_clone import (
     ExplorerUnsupported,
+    NotPortable,
     clone,
     clone_set,
     cloner_ready,
@@ -75,6 +76,7 @@ __all__ = [
     "ExplorerUnsupported",
     "Holder",
     "Model",
+    "NotPortable",
     "OffloadBounds",
     "OffloadModel",
     "PrefixCacheBounds",

@@ -140,8 +140,14 @@ def _dummy_address() -> int:
 
 _DUMMY: list[int] = []
 
-# (fill, mask, finger, slots of the elements in iteration order, slots of the dummies, elements)
-SetState = tuple[int, int, int, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]
+# (fill, mask, finger, slots of the elements in iteration order, slots of the dummies, elements,
+# the elements' hashes as the table holds them)
+SetState = tuple[int, int, int, tuple[int, ...], tuple[int, ...], tuple[Any, ...], tuple[int, ...]]
+
+
+class NotPortable(ValueError):
+    """A set that cannot be rebuilt here: an element hashes differently in this process (a hash
+    by identity, or another hash seed) than where its table was written."""
 
 
 def set_state(s: set[Any]) -> SetState:
@@ -157,27 +163,32 @@ def set_state(s: set[Any]) -> SetState:
         at = id(s) >> 3
         fill, mask, finger = words[at + _FILL], words[at + _MASK], words[at + _FINGER]
         first = words[at + _TABLE] >> 3
-        keys = words[first : first + 2 * (mask + 1) : 2]  # (key, hash) pairs: the keys
+        entries = words[first : first + 2 * (mask + 1)]  # (key, hash) pairs
     else:
         src = _SetObject.from_address(id(s))
         fill, mask, finger = src.fill, src.mask, src.finger
-        keys = memoryview(ctypes.string_at(src.table, (mask + 1) * 16)).cast("q")[::2]
+        entries = memoryview(ctypes.string_at(src.table, (mask + 1) * 16)).cast("q")
+    keys = entries[::2]
     slots = tuple(i for i, k in enumerate(keys) if k and k != dummy)
     dummies = tuple(i for i, k in enumerate(keys) if k == dummy)
-    return fill, mask, finger, slots, dummies, tuple(s)  # iteration = slot order
+    hashes = tuple(entries[2 * i + 1] for i in slots)
+    return fill, mask, finger, slots, dummies, tuple(s), hashes  # iteration = slot order
 
 
 def rebuild_set(state: SetState) -> set[Any]:
     """The set :func:`set_state` described: the same elements in the same slots, the same dummies,
     fill, size and finger, hence the same iteration order now and after any later operations."""
-    fill, mask, finger, slots, dummies, elements = state
+    fill, mask, finger, slots, dummies, elements, hashes = state
     if not _DUMMY:
         _DUMMY.append(_dummy_address())
-    made = set(elements)  # holds a reference to each element, as the table below does
     table = bytearray((mask + 1) * 16)
     words = memoryview(table).cast("q")
-    for slot, element in zip(slots, elements, strict=True):
-        words[2 * slot], words[2 * slot + 1] = id(element), hash(element)
+    for slot, element, expected in zip(slots, elements, hashes, strict=True):
+        h = hash(element)
+        if h != expected:  # its slot was chosen by another hash: this table would lose it
+            raise NotPortable(f"a {type(element).__name__} element hashes differently here")
+        words[2 * slot], words[2 * slot + 1] = id(element), h
+    made = set(elements)  # holds a reference to each element, as the table does
     for slot in dummies:
         words[2 * slot], words[2 * slot + 1] = _DUMMY[0], -1
     dst = _SetObject.from_address(id(made))
