@@ -5,7 +5,8 @@ counterexamples as the plain search, and a bug only a batched query shows is sti
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, SupportsIndex
 
 import pytest
 
@@ -195,6 +196,178 @@ def test_offload_symmetry_is_a_quotient_with_the_same_verdict(component: str) ->
             assert reduced.distinct_states < full.distinct_states
         else:
             assert summary(reduced)[3] == summary(full)[3]
+
+
+class _FifoList(list[int]):
+    """A free list that hands out its bottom id first (copies keep the type)."""
+
+    def pop(self, index: SupportsIndex = 0) -> int:
+        return super().pop(index)
+
+    def copy(self) -> _FifoList:
+        return _FifoList(self)
+
+
+class FifoFreeIdReuse(ImplManager):
+    """A planted free-list ORDER bug: freed ids are reused first in, first out (upstream pops the
+    last freed one). It depends on the order of the ids, never on their values."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._free_list = _FifoList()
+
+
+class _Recording(OffloadModel):
+    """An offload model that keeps every state key it computes (one per reached snapshot)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.seen: set[Any] = set()  # keys; with no reduction, the snapshots
+
+    def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
+        found = super().key(snap, gen, spec, target)
+        self.seen.add(found)
+        return found
+
+
+# (component, variant, capacity, keys): every variant family at 2 blocks, LRU at 3 too
+BLOCK_SYMMETRY_SCOPES = [
+    ("vllm-arc", "no_fallback", 2, 3),
+    ("vllm-arc", "t1_fallback", 2, 3),
+    ("vllm-arc", "r0.31", 2, 3),
+    ("vllm-lru", "v2", 3, 3),
+    ("vllm-lru", "v1", 3, 3),
+    ("vllm-lru", "r0.33", 2, 3),
+]
+
+
+def _offload_search(component: str, target: Any, bounds: OffloadBounds) -> tuple[Any, set[Any]]:
+    model = _Recording(component, target, "t", bounds, components.get(component).fixed_options)
+    return explore(model), model.seen
+
+
+@pytest.mark.parametrize(("component", "variant", "capacity", "keys"), BLOCK_SYMMETRY_SCOPES)
+def test_offload_block_symmetry_is_exactly_the_quotient(
+    component: str, variant: str, capacity: int, keys: int
+) -> None:
+    """Block ids are opaque labels too: with keys and issued ids renamed, the search reaches
+    exactly the classes of the states the unreduced search reaches (no class lost, none made
+    up), strictly fewer states, the same verdict; so does renaming ids alone."""
+    from proofs.explorer.model_offload import _relabel, _relabel_blocks
+
+    def bounds(symmetry: bool, block_symmetry: bool) -> OffloadBounds:
+        return OffloadBounds(
+            variant=variant,
+            capacity=capacity,
+            keys=keys,
+            symmetry=symmetry,
+            block_symmetry=block_symmetry,
+        )
+
+    full, snaps = _offload_search(component, ImplManager, bounds(False, False))
+    keyed, by_keys = _offload_search(component, ImplManager, bounds(True, False))
+    both, by_both = _offload_search(component, ImplManager, bounds(True, True))
+    ids, by_ids = _offload_search(component, ImplManager, bounds(False, True))
+    for result in (full, keyed, both, ids):
+        assert result.passed and result.complete
+    assert by_keys == {_relabel(s) for s in snaps}
+    assert by_both == {_relabel_blocks(s) for s in snaps}
+    assert by_ids == {_relabel_blocks(s, rename_keys=False) for s in snaps}
+    assert both.distinct_states == len(by_both) < keyed.distinct_states < full.distinct_states
+    assert ids.distinct_states == len(by_ids) < full.distinct_states
+
+
+def _renamed(snap: Any, keys: dict[Any, Any], ids: dict[int, int]) -> Any:
+    """``snap`` under a renaming of keys and ids (the blocks rebuilt in id order)."""
+    p = snap.policy
+    blocks = tuple(sorted((ids.get(b, b), keys[k], r) for b, k, r in p.blocks))
+    fields = {
+        name: tuple(keys[k] for k in getattr(p, name))
+        for name in ("t1", "t2", "b1", "b2", "order")
+        if hasattr(p, name)
+    }
+    return snap._replace(
+        free_list=tuple(ids.get(b, b) for b in snap.free_list),
+        policy=p._replace(blocks=blocks, **fields),
+    )
+
+
+@pytest.mark.parametrize("component", ["vllm-arc", "vllm-lru"])
+def test_offload_block_canonical_form_is_exactly_the_orbit(component: str) -> None:
+    """On every reached state, the canonical form is as fine as the orbits under every renaming
+    of keys and issued ids (brute force: the least renamed state) and no finer; ids not handed
+    out yet are never renamed (a state holding one stays apart)."""
+    from itertools import permutations
+
+    from proofs.explorer.model_offload import _relabel_blocks
+
+    variant, capacity, keys = {"vllm-arc": ("no_fallback", 2, 3), "vllm-lru": ("v2", 3, 4)}[
+        component
+    ]
+    bounds = OffloadBounds(
+        variant=variant, capacity=capacity, keys=keys, symmetry=False, block_symmetry=False
+    )
+    _, snaps = _offload_search(component, ImplManager, bounds)
+    key_names = [dict(enumerate(p)) for p in permutations(range(keys))]
+    pairs = set()
+    moved_fresh = 0
+    for snap in snaps:
+        issued = range(snap.num_allocated_blocks)
+        orbit = [
+            _renamed(snap, names, dict(zip(issued, p, strict=True)))
+            for names in key_names
+            for p in permutations(issued)
+        ]
+        pairs.add((_relabel_blocks(snap), min(orbit, key=repr)))
+        fresh = snap.num_blocks - 1
+        if snap.num_allocated_blocks <= fresh and snap.policy.blocks:
+            moved_fresh += 1
+            b = snap.policy.blocks[0][0]
+            swapped = _renamed(snap, key_names[0], {b: fresh})
+            assert _relabel_blocks(swapped) != _relabel_blocks(snap)
+    canonical, orbits = ({pair[i] for pair in pairs} for i in (0, 1))
+    assert len(pairs) == len(canonical) == len(orbits) < len(snaps)
+    assert moved_fresh
+
+
+@pytest.mark.parametrize(("component", "variant", "capacity", "keys"), BLOCK_SYMMETRY_SCOPES)
+@pytest.mark.parametrize("bug", ["CounterDriftOnLoadCompletion", "FifoFreeIdReuse"])
+def test_offload_block_symmetry_keeps_shortest_counterexamples(
+    component: str, variant: str, capacity: int, keys: int, bug: str
+) -> None:
+    """A planted counter drift and a planted free-list order bug (FIFO reuse) are found with
+    block-id symmetry on as off: the same check after the same number of calls."""
+    from tests.test_explorer import CounterDriftOnLoadCompletion
+
+    target, expected = {
+        "CounterDriftOnLoadCompletion": (
+            CounterDriftOnLoadCompletion,
+            ("evictable_counter_matches_scan", 4),
+        ),
+        # store two keys, fail both stores (ids pushed 0, 1), store one: LIFO reuses 1
+        "FifoFreeIdReuse": (FifoFreeIdReuse, ("return_value", 4)),
+    }[bug]
+    found = []
+    for block_symmetry in (True, False):
+        bounds = OffloadBounds(
+            variant=variant, capacity=capacity, keys=keys, block_symmetry=block_symmetry
+        )
+        result, _ = _offload_search(component, target, bounds)
+        assert not result.passed
+        found.append(summary(result)[3])
+        assert result.violations[0].replay == "reproduced"
+    assert found == [expected, expected]
+
+
+def test_offload_block_symmetry_has_a_cli_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["vllm-lru", "--variant", "v1", "--capacity", "2", "--keys", "3"]
+    on = _explore_json(args, capsys)
+    off = _explore_json([*args, "--no-block-symmetry"], capsys)
+    assert [run["reductions"]["block_symmetry"] for run in (*on["runs"], *off["runs"])] == [
+        True,
+        False,
+    ]
+    assert on["distinct_states"] < off["distinct_states"]
 
 
 def test_cli_reports_speed_memory_and_workers(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,8 +4,13 @@ A ``CPUOffloadingManager`` with the component's cache policy (its ``policy`` opt
 variant, driven through the offload checker's :class:`~stateful_tests.vllm_offload.ManagerHarness`
 (its traces use the offload checker's harness calls and config). Keys are opaque to every policy,
 so with ``symmetry`` states equal up to a renaming of keys are explored once (:func:`_relabel`).
-The target's hidden ``_num_evictable_cache_blocks`` counter is checked on every edge
-(``evictable_counter_matches_scan``).
+Block ids are opaque too: the manager only hands them out, pushes freed ones on a stack and pops
+them; the policies never read one; the lockstep compares spec and target ids for equality and the
+invariants read them only as a set against ``0..num_allocated_blocks-1``. So with
+``block_symmetry`` states equal up to a renaming of keys and of the ids handed out so far are
+explored once (:func:`_relabel_blocks`); ids not handed out yet stay fixed (allocation takes them
+in numeric order). The target's hidden ``_num_evictable_cache_blocks`` counter is checked on every
+edge (``evictable_counter_matches_scan``).
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ class OffloadBounds:
     with the component's policy in ``variant``, keys ``0..keys-1``; ``prepare_store`` of up to
     ``store_width`` distinct keys, ``touch`` of up to ``touch_width``; at most ``max_loads``
     concurrent loads per block. ``symmetry``: keys are opaque to every policy, so states equal up to
-    a renaming of keys are explored once (and fresh keys are taken in order)."""
+    a renaming of keys are explored once (and fresh keys are taken in order). ``block_symmetry``:
+    so are the block ids handed out so far (:func:`_relabel_blocks`)."""
 
     variant: str = ""
     capacity: int = 3
@@ -50,6 +56,7 @@ class OffloadBounds:
     max_loads: int = 1
     bad_inputs: bool = True
     symmetry: bool = True
+    block_symmetry: bool = True
 
     HELP: ClassVar[dict[str, str]] = {
         "capacity": "CPU blocks",
@@ -59,6 +66,8 @@ class OffloadBounds:
         "max_loads": "concurrent loads per block",
         "bad_inputs": "the rejected-input alphabet",
         "symmetry": "symmetry reduction (states equal up to a renaming of keys explored once)",
+        "block_symmetry": "block-id symmetry (states equal up to a renaming of issued block ids "
+        "explored once)",
     }
 
     def validate(self) -> None:
@@ -76,11 +85,11 @@ class OffloadBounds:
 
 def _relabel(snap: Any) -> tuple[Any, ...]:
     """``snap`` with keys renamed by first appearance (lists front to back, then blocks by id):
-    equal for two states iff they are equal up to a renaming of keys."""
+    equal for two states iff they are equal up to a renaming of keys (block ids kept)."""
     p = snap.policy
     names: dict[Any, int] = {}
     lists = (p.t1, p.t2, p.b1, p.b2) if hasattr(p, "t1") else (p.order,)
-    for seq in (*lists, [k for _, k, _ in p.blocks]):
+    for seq in (*lists, [k for _, k, _ in p.blocks], *_tracked(snap)):
         for k in seq:
             if k not in names:
                 names[k] = len(names)
@@ -89,7 +98,82 @@ def _relabel(snap: Any) -> tuple[Any, ...]:
         tuple(tuple(names[k] for k in seq) for seq in lists),
         getattr(p, "target_t1_size", None),
     )
-    return (snap.num_allocated_blocks, snap.free_list, policy)
+    return (snap.num_allocated_blocks, snap.free_list, policy, *_renamed_extras(snap, names))
+
+
+def _tracked(snap: Any) -> list[list[Any]]:
+    """The keys of the pending events and of the store-threshold tracker, in order (both are
+    off in the explorer's config: ``[]`` then)."""
+    events, counts = snap.events, snap.counts
+    seqs = [list(keys) for keys, _ in events] if events else []
+    return [*seqs, [k for k, _ in counts]] if counts else seqs
+
+
+def _renamed_extras(snap: Any, names: Mapping[Any, int]) -> tuple[Any, Any]:
+    """The pending events and the tracker with ``names`` applied to their keys."""
+    events, counts = snap.events, snap.counts
+    return (
+        events and tuple((tuple(names[k] for k in keys), r) for keys, r in events),
+        counts and tuple((names[k], n) for k, n in counts),
+    )
+
+
+_BLOCK_ID, _REF = itemgetter(0), itemgetter(2)
+
+
+def _relabel_blocks(snap: Any, rename_keys: bool = True) -> tuple[Any, ...]:
+    """``snap`` with its *issued* block ids (``< num_allocated_blocks``) renamed, and its keys too
+    if ``rename_keys``, each by first appearance in a traversal that reads no id and no renamed
+    key: the policy's lists front to back (a cached key names its block's id with it), the free
+    list bottom to top, the keys of pending events and the tracker, then the blocks not named yet
+    by ref count. The blocks are rebuilt in order of the new ids.
+
+    Sound for any state: the result is the state under one bijective renaming (fresh ids
+    ``num_allocated_blocks..`` are never renamed: allocation hands them out in numeric order), so
+    equal results mean equal states up to a renaming. Name-independent traversal makes every such
+    pair of states give equal results where ties are fully symmetric: the blocks left for the last
+    step (LRU v2's pending and loading ones; none for ARC) have neither key nor id named yet, so
+    blocks with equal ref counts are interchangeable."""
+    p = snap.policy
+    issued = snap.num_allocated_blocks
+    lists = (p.t1, p.t2, p.b1, p.b2) if hasattr(p, "t1") else (p.order,)
+    blocks = p.blocks
+    held = {k: b for b, k, _ in blocks}
+    keys: dict[Any, Any] = {}
+    ids: dict[int, int] = {}
+    named = 0  # blocks whose key and id the lists named
+    for seq in lists:
+        for k in seq:
+            if k not in keys:
+                keys[k] = len(keys) if rename_keys else k
+                b = held.get(k)
+                if b is not None and b not in ids and b < issued:
+                    ids[b] = len(ids)
+                    named += 1
+    for b in snap.free_list:
+        if b not in ids and b < issued:
+            ids[b] = len(ids)
+    if snap.events or snap.counts:
+        for seq in _tracked(snap):
+            for k in seq:
+                if k not in keys:
+                    keys[k] = len(keys) if rename_keys else k
+    if named < len(blocks):  # LRU v2's busy blocks (or a malformed state)
+        rest = [e for e in blocks if e[1] not in keys or (e[0] not in ids and e[0] < issued)]
+        # by ref count (stable: the ties are symmetric, see above); keys kept: by key too, as text
+        rest.sort(key=_REF if rename_keys else lambda e: (e[2], repr(e[1])))
+        for b, k, _ in rest:
+            if k not in keys:
+                keys[k] = len(keys) if rename_keys else k
+            if b not in ids and b < issued:
+                ids[b] = len(ids)
+    policy = (
+        tuple(sorted([(ids.get(b, b), keys[k], r) for b, k, r in blocks], key=_BLOCK_ID)),
+        tuple(tuple(keys[k] for k in seq) for seq in lists),
+        getattr(p, "target_t1_size", None),
+    )
+    free = tuple(ids.get(b, b) for b in snap.free_list)
+    return (issued, free, policy, *_renamed_extras(snap, keys))
 
 
 _RELEASE_SETTINGS = (
@@ -124,7 +208,6 @@ _POLICY_ATTRIBUTES = frozenset(
 
 
 _new_tuple = tuple.__new__
-_BLOCK_ID = itemgetter(0)
 
 
 def _arc_snapshots() -> tuple[Any, ...]:
@@ -306,8 +389,14 @@ class OffloadModel(Model):
     def trace_config(self) -> dict[str, Any]:
         return self.config.to_json()
 
+    def reductions(self) -> dict[str, bool]:
+        return {"symmetry": self.b.symmetry, "block_symmetry": self.b.block_symmetry}
+
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
-        return _relabel(snap) if self.b.symmetry else snap
+        b = self.b
+        if b.block_symmetry:
+            return _relabel_blocks(snap, b.symmetry)
+        return _relabel(snap) if b.symmetry else snap
 
     def observable(self, snap: Any, gen: Any) -> Hashable:
         return self.key(snap, gen, None, None)
