@@ -8,7 +8,10 @@ its hash table (:meth:`Model.pack`, :func:`~.set_clone.exact_dumps`; workers are
 process, so element hashes and the addresses of small ints and interned strings agree: a set's
 table holds its elements' addresses, which the pair key compares; a set whose elements hash by
 identity cannot be rebuilt elsewhere, :class:`~.set_clone.NotPortable`) — together with its *path*
-(edge indices from the initial state). The owner fingerprints what it unpacked; a state that
+(edge indices from the initial state). A layer's successors are first *offered* (fingerprint
+and path); each owner asks for the ones it has not seen, and only those are packed (packing a
+state its owner already has would be wasted, and may cost a call to rebuild the successor's
+objects). The owner fingerprints what it unpacked; a state that
 cannot be packed (an object ``pickle`` cannot write) or does not fingerprint as sent is rebuilt
 by replaying its path on fresh objects instead, which is exact by construction but costs one
 call per step of the path (``replayed_paths`` in the result). Layers are synchronous:
@@ -180,6 +183,8 @@ class _Worker:
         self.nxt: list[tuple[Path, int, int]] = []
         self.sent: set[int] = set()  # fingerprints already sent to their owner
         self.kept: set[int] = set()  # pairs of the next frontier (they keep their objects)
+        # this layer's successors offered to their owners: fingerprint -> what packs one
+        self.offers: dict[int, tuple[int, int, int, int, int, Any]] = {}
         # states cross as exact copies of their objects between forked workers (hash values and
         # addresses of shared objects agree there); a portable search sends paths
         self.exact = not portable
@@ -203,7 +208,8 @@ class _Worker:
 
     def expand(self, deadline: float | None) -> tuple[Any, ...]:
         exp, n, wid = self.exp, self.n, self.wid
-        outgoing: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(n)]
+        outgoing: list[list[tuple[int, Path]]] = [[] for _ in range(n)]
+        offers = self.offers = {}
         fps, routes = exp.pair_fps, self.routes
         ghash = exp.gen_hash
         # as in the serial loop: the last frontier state of a pair that no next-layer state
@@ -223,9 +229,9 @@ class _Worker:
                 if owner != wid:
                     if fp not in self.sent:
                         self.sent.add(fp)
-                        outgoing[owner].append(
-                            (fp, (*path, index), self.pack(pid, gid, index, succ, g, objects))
-                        )
+                        outgoing[owner].append((fp, (*path, index)))
+                        if self.exact:  # packed only if its owner asks for it (pack_offered)
+                            offers[fp] = (pid, gid, index, succ, g, objects)
                     continue
                 if fp in self.seen:
                     continue
@@ -234,6 +240,25 @@ class _Worker:
                 if problem is not None:
                     return ("found", (*path, index), problem)
         return ("layer", outgoing, 0)
+
+    def wanted(self, items: list[tuple[int, Path]]) -> list[int]:
+        """The offered states this owner has not seen (each once): the ones to send whole."""
+        if self.portable:  # (a sender's fingerprint means nothing here: every one is wanted)
+            return [fp for fp, _ in items]
+        out, seen = [], self.seen
+        for fp, _ in items:
+            if fp not in seen:
+                out.append(fp)
+        return out
+
+    def pack_offered(self, fps: list[int], paths: dict[int, Path]) -> list[Any]:
+        """(fingerprint, path, packed objects or ``None``) of the offered states ``fps``."""
+        offers, self.offers = self.offers, {}
+        out = []
+        for fp in fps:
+            offer = offers.get(fp)
+            out.append((fp, paths[fp], None if offer is None else self.pack(*offer)))
+        return out
 
     def pack(self, pid: int, gid: int, index: int, succ: int, g: int, objects: Any) -> bytes | None:
         """A successor sent to its owner as its objects (exact copies, set tables included:
@@ -335,6 +360,10 @@ def explore_layers(
                     conn.send(("full", [[] for _ in range(n)], len(me.frontier)))
                 else:
                     conn.send(me.expand(message[1]))
+            elif message[0] == "wanted":
+                conn.send(me.wanted(message[1]))
+            elif message[0] == "pack":
+                conn.send(me.pack_offered(message[1], message[2]))
             elif message[0] == "ingest":
                 conn.send(me.ingest(message[1]))
             elif message[0] == "observed":
@@ -361,10 +390,32 @@ def explore_layers(
             if founds:
                 found = min(founds, key=lambda f: (len(f[0]), f[0]))
                 break
-            incoming: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(workers)]
-            for r in replies:
+            # Offers first (fingerprint and path), each once: an owner asks for the states it has
+            # not seen, and only those are packed by their senders (most offers are states their
+            # owner reached before, and packing one may cost a call: Expander.materialize).
+            offered: list[list[tuple[int, Path]]] = [[] for _ in range(workers)]
+            sender: dict[int, int] = {}
+            owners: dict[int, int] = {}
+            paths: list[dict[int, Path]] = [{} for _ in range(workers)]
+            for j, r in enumerate(replies):
                 for i, items in enumerate(r[1]):
-                    incoming[i].extend(items)
+                    for fp, path in items:
+                        if fp not in sender:
+                            sender[fp], owners[fp] = j, i
+                            paths[j][fp] = path
+                            offered[i].append((fp, path))
+            for i in range(workers):
+                pool.send(i, ("wanted", offered[i]))
+            asked: list[list[int]] = [[] for _ in range(workers)]
+            for i in range(workers):
+                for fp in pool.receive(i):
+                    asked[sender[fp]].append(fp)
+            for j in range(workers):
+                pool.send(j, ("pack", asked[j], {fp: paths[j][fp] for fp in asked[j]}))
+            incoming: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(workers)]
+            for j in range(workers):
+                for fp, path, packed in pool.receive(j):
+                    incoming[owners[fp]].append((fp, path, packed))
             for i in range(workers):
                 pool.send(i, ("ingest", incoming[i]))
             oks = [pool.receive(i) for i in range(workers)]
