@@ -91,11 +91,15 @@ def measure_fuzz(
     return out
 
 
-def _explore_in_child(name: str, variant: str | None, seconds: float) -> dict[str, Any]:
+def _explore_in_child(
+    name: str, variant: str | None, seconds: float, workers: int = 1
+) -> dict[str, Any]:
     """``kvspec explore NAME --json`` in a fresh interpreter: a process's peak memory only grows,
     so each search's own peak needs its own process. Its JSON document is the result."""
     argv = [sys.executable, "-c", "from kvspec.cli import main; raise SystemExit(main())"]
     argv += ["explore", name, "--time-limit", f"{seconds:g}", "--json"]
+    if workers > 1:
+        argv += ["--workers", str(workers)]
     if variant is not None:
         argv += ["--variant", variant]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -109,7 +113,8 @@ def measure_explore(
     seconds: float, report: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
     """The explorer on each component's default scope (its first variant), ``seconds`` at most
-    each, each search in its own process."""
+    each, each search in its own process; then the same search on two workers right after it
+    (its time and the speed-up: the same machine, the same minutes)."""
     out = []
     for comp in components.all_components():
         if comp.explorer is None:
@@ -122,6 +127,7 @@ def measure_explore(
         started = time.perf_counter()
         doc = _explore_in_child(comp.name, variant, seconds)
         wall = time.perf_counter() - started
+        two = _explore_in_child(comp.name, variant, seconds, workers=2)
         edges = int(doc.get("edges", 0))
         out.append(
             {
@@ -138,6 +144,16 @@ def measure_explore(
                 "edges_per_second": doc.get("edges_per_second", 0),
                 "peak_memory_mb": doc.get("peak_memory_mb", 0.0),
                 "workers": doc.get("workers", 1),
+                # the same search on two worker processes
+                "two_workers": {
+                    "complete": bool(two.get("complete")),
+                    "passed": not two.get("violations"),
+                    "distinct_states": two.get("distinct_states", 0),
+                    "seconds": round(float(two.get("seconds", 0.0)), 2),
+                    "transferred_states": two.get("transferred_states", 0),
+                    "replayed_paths": two.get("replayed_paths", 0),
+                    "peak_memory_mb": two.get("peak_memory_mb", 0.0),
+                },
             }
         )
     return out
@@ -252,20 +268,37 @@ def _bounds(bounds: Mapping[str, Any]) -> str:
 
 def render_explore(doc: Mapping[str, Any]) -> str:
     lines = [
-        _header(doc, "Explorer on each default scope (first variant) against `impl`, one process"),
+        _header(
+            doc,
+            "Explorer on each default scope (first variant) against `impl`, one process, then "
+            "the same search on `--workers 2`",
+        ),
         "",
         "| component | variant | default scope | complete | distinct states | edges | states/s "
-        "| edges/s | peak memory | time |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| edges/s | peak memory | time | time, 2 workers | speed-up |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["explore"]:
         done = "yes" if r["complete"] else "**no** (time limit)"
         if not r["passed"]:
             done += ", **violation**"
+        two = r.get("two_workers")
+        if two is None:
+            parallel = ratio = "—"
+        else:
+            parallel = f"{two['seconds']:,.1f} s"
+            if not two["complete"]:
+                parallel += " (**incomplete**)"
+            elif two["distinct_states"] != r["distinct_states"]:
+                parallel += f" (**{two['distinct_states']:,} states**)"
+            if not two["passed"]:
+                parallel += ", **violation**"
+            ratio = f"{r['seconds'] / two['seconds']:.2f}×" if two["seconds"] > 0 else "—"
         lines.append(
             f"| `{r['component']}` | {r.get('variant') or '—'} | {_bounds(r['bounds'])} | {done} | "
             f"{r['distinct_states']:,} | {r['edges']:,} | {r['states_per_second']:,} | "
-            f"{r['edges_per_second']:,} | {r['peak_memory_mb']:,.0f} MB | {r['seconds']:,.1f} s |"
+            f"{r['edges_per_second']:,} | {r['peak_memory_mb']:,.0f} MB | {r['seconds']:,.1f} s | "
+            f"{parallel} | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -300,6 +333,16 @@ def failures(doc: Mapping[str, Any]) -> Iterable[str]:
     for r in doc.get("explore", []):
         if not r["passed"]:
             yield f"explore {r['component']}: violation"
+        two = r.get("two_workers")
+        if two is not None and not two["passed"]:
+            yield f"explore {r['component']} on two workers: violation"
+        elif (
+            two is not None
+            and r["complete"]
+            and two["complete"]
+            and two["distinct_states"] != r["distinct_states"]  # the search must not change
+        ):
+            yield f"explore {r['component']} on two workers: another number of states"
 
 
 # ------------------------------------------------------------------------------------- command

@@ -85,6 +85,29 @@ DOC: dict[str, Any] = {
             "edges_per_second": 3785,
             "peak_memory_mb": 64.2,
         },
+        {
+            "component": "d",
+            "target": "impl",
+            "variant": None,
+            "bounds": {"pages": 2},
+            "complete": True,
+            "passed": True,
+            "distinct_states": 100,
+            "edges": 900,
+            "seconds": 3.0,
+            "states_per_second": 33,
+            "edges_per_second": 300,
+            "peak_memory_mb": 50.0,
+            "two_workers": {
+                "complete": True,
+                "passed": True,
+                "distinct_states": 100,
+                "seconds": 2.0,
+                "transferred_states": 40,
+                "replayed_paths": 0,
+                "peak_memory_mb": 90.0,
+            },
+        },
     ],
 }
 
@@ -105,8 +128,19 @@ def test_fuzz_and_explore_tables_show_throughput_and_incompleteness() -> None:
     explore = figures.render_explore(DOC)
     assert "| `c` | a | pages=3, variants=a/b |" in explore
     assert "**no** (time limit), **violation**" in explore
-    assert "| 1,234 | 5,678 | 822 | 3,785 | 64 MB | 1.5 s |" in explore
+    assert "| 1,234 | 5,678 | 822 | 3,785 | 64 MB | 1.5 s | — | — |" in explore
+    assert "| 100 | 900 | 33 | 300 | 50 MB | 3.0 s | 2.0 s | 1.50× |" in explore
     assert list(figures.failures(DOC)) == ["explore c: violation"]
+    other = {
+        "explore": [{**DOC["explore"][1], "two_workers": {**two_workers(), "distinct_states": 101}}]
+    }
+    assert "(**101 states**)" in figures.render_explore({**DOC, **other})
+    assert list(figures.failures(other)) == ["explore d on two workers: another number of states"]
+
+
+def two_workers() -> dict[str, Any]:
+    found: dict[str, Any] = DOC["explore"][1]["two_workers"]
+    return dict(found)
 
 
 def test_update_readme_replaces_only_the_marked_blocks(tmp_path: Path) -> None:
