@@ -104,6 +104,18 @@ class HoldsALocalFunction(ImplBlockManager):
         self.hook = lambda: None
 
 
+def test_workers_replay_paths_where_exact_copies_fail_their_self_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from proofs.explorer import parallel
+
+    monkeypatch.setattr(parallel, "exact_ready", lambda: False)
+    model = BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM)
+    serial, parallel_result = explore(model), explore(model, workers=2)
+    assert summary(serial) == summary(parallel_result)
+    assert parallel_result.replayed_paths > 0 and parallel_result.transferred_states == 0
+
+
 def test_workers_replay_paths_where_states_cannot_be_packed() -> None:
     model = BlockManagerModel(BM, HoldsALocalFunction, "t", SMALL_BM)
     serial, parallel = explore(model), explore(model, workers=2)

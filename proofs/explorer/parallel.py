@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from proofs.explorer.engine import Expander, peak_mb
-from proofs.explorer.set_clone import NotPortable
+from proofs.explorer.set_clone import NotPortable, exact_ready
 from stateful_tests.lockstep import Check, invoke
 
 Path = tuple[int, ...]
@@ -187,7 +187,7 @@ class _Worker:
         self.offers: dict[int, tuple[int, int, int, int, int, Any]] = {}
         # states cross as exact copies of their objects between forked workers (hash values and
         # addresses of shared objects agree there); a portable search sends paths
-        self.exact = not portable
+        self.exact = not portable and exact_ready()
         self.transferred = self.replayed = self.mismatches = 0
 
     def accept(

@@ -403,6 +403,41 @@ def _self_test() -> None:
 
 
 _TESTED: list[bool] = []
+_EXACT: list[bool] = []
+
+
+def exact_ready() -> bool:
+    """Whether :func:`exact_dumps` and :func:`exact_loads` copy sets exactly on this interpreter
+    (checked once: sets with every kind of history go through a round trip and must keep their
+    tables and iterate like the originals after the same later operations). ``--workers`` sends
+    paths instead of copies where this is false."""
+    if not _EXACT:
+        _EXACT.append(_exact_round_trips())
+    return _EXACT[0]
+
+
+def _exact_round_trips() -> bool:
+    import random
+
+    rng = random.Random(1)
+    try:
+        for _ in range(100):
+            universe = range(rng.choice((4, 8, 40)))
+            s: set[int] = set()
+            for _ in range(rng.randint(0, 40)):
+                (s.add if rng.random() < 0.6 else s.discard)(rng.choice(universe))
+            copied: set[int] = exact_loads(exact_dumps(s))
+            if set_layout(copied) != set_layout(s):
+                return False
+            for _ in range(20):
+                x, add = rng.choice(universe), rng.random() < 0.6
+                for y in (s, copied):
+                    (y.add if add else y.discard)(x)
+                if list(s) != list(copied):
+                    return False
+    except Exception:  # an interpreter whose objects this cannot read: paths, as before
+        return False
+    return True
 
 
 def cloner_ready() -> None:
