@@ -164,9 +164,6 @@ def _block_manager_cloner(cls: type) -> Any:
     return fast
 
 
-_CONTAINERS = frozenset({"blocks", "free_block_ids", "used_block_ids", "hash_to_block_ids"})
-
-
 def _pack_manager(bm: Any, kind: int) -> tuple[Any, ...] | None:
     """One of kvspec's own block managers as plain values (``kind``: which of the model's two
     classes), every set as its table (:func:`set_state`); ``None`` for any other shape."""
@@ -225,7 +222,7 @@ def _unpack_manager(packed: tuple[Any, ...], classes: tuple[type, type]) -> Any:
             value = deque(value)
         elif name == "used_block_ids":
             value = rebuild_set(value)
-        elif name in _CONTAINERS:
+        elif name == "hash_to_block_ids":
             value = {h: rebuild_set(ids) for h, ids in value}
         state[name] = value
     made: Any = new(classes[kind])

@@ -8,8 +8,8 @@ its hash table (:meth:`Model.pack`, :func:`~.set_clone.exact_dumps`; workers are
 process, so element hashes and the addresses of small ints and interned strings agree: a set's
 table holds its elements' addresses, which the pair key compares; a set whose elements hash by
 identity cannot be rebuilt elsewhere, :class:`~.set_clone.NotPortable`) — together with its *path*
-(edge indices from the initial state). A layer's successors are first *offered* (fingerprint
-and path); each owner asks for the ones it has not seen, and only those are packed (packing a
+(edge indices from the initial state). A layer's successors are first *offered* (by fingerprint
+alone); each owner asks for the ones it has not seen, and only those are sent (packing a
 state its owner already has would be wasted, and may cost a call to rebuild the successor's
 objects). The owner fingerprints what it unpacked; a state that
 cannot be packed (an object ``pickle`` cannot write) or does not fingerprint as sent is rebuilt
@@ -183,12 +183,13 @@ class _Worker:
         self.nxt: list[tuple[Path, int, int]] = []
         self.sent: set[int] = set()  # fingerprints already sent to their owner
         self.kept: set[int] = set()  # pairs of the next frontier (they keep their objects)
-        # this layer's successors offered to their owners: fingerprint -> what packs one
-        self.offers: dict[int, tuple[int, int, int, int, int, Any]] = {}
+        # this layer's successors offered to their owners: fingerprint -> its path and what
+        # packs it (``None``: sent as its path only)
+        self.offers: dict[int, tuple[Path, tuple[int, int, int, int, int, Any] | None]] = {}
         # states cross as exact copies of their objects between forked workers (hash values and
         # addresses of shared objects agree there); a portable search sends paths
         self.exact = not portable and exact_ready()
-        self.transferred = self.replayed = self.mismatches = 0
+        self.transferred = self.replayed = 0
 
     def accept(
         self, fp: int, path: Path, pid: int, gid: int, objects: tuple[Any, Any, Any]
@@ -208,7 +209,7 @@ class _Worker:
 
     def expand(self, deadline: float | None) -> tuple[Any, ...]:
         exp, n, wid = self.exp, self.n, self.wid
-        outgoing: list[list[tuple[int, Path]]] = [[] for _ in range(n)]
+        outgoing: list[list[int]] = [[] for _ in range(n)]  # offers by fingerprint, per owner
         offers = self.offers = {}
         fps, routes = exp.pair_fps, self.routes
         ghash = exp.gen_hash
@@ -229,9 +230,9 @@ class _Worker:
                 if owner != wid:
                     if fp not in self.sent:
                         self.sent.add(fp)
-                        outgoing[owner].append((fp, (*path, index)))
-                        if self.exact:  # packed only if its owner asks for it (pack_offered)
-                            offers[fp] = (pid, gid, index, succ, g, objects)
+                        outgoing[owner].append(fp)  # sent only if its owner asks for it
+                        pack = (pid, gid, index, succ, g, objects) if self.exact else None
+                        offers[fp] = ((*path, index), pack)
                     continue
                 if fp in self.seen:
                     continue
@@ -241,23 +242,20 @@ class _Worker:
                     return ("found", (*path, index), problem)
         return ("layer", outgoing, 0)
 
-    def wanted(self, items: list[tuple[int, Path]]) -> list[int]:
-        """The offered states this owner has not seen (each once): the ones to send whole."""
+    def wanted(self, fps: list[int]) -> list[int]:
+        """The offered states this owner has not seen (each once): the ones to send."""
         if self.portable:  # (a sender's fingerprint means nothing here: every one is wanted)
-            return [fp for fp, _ in items]
-        out, seen = [], self.seen
-        for fp, _ in items:
-            if fp not in seen:
-                out.append(fp)
-        return out
+            return fps
+        seen = self.seen
+        return [fp for fp in fps if fp not in seen]
 
-    def pack_offered(self, fps: list[int], paths: dict[int, Path]) -> list[Any]:
+    def pack_offered(self, fps: list[int]) -> list[Any]:
         """(fingerprint, path, packed objects or ``None``) of the offered states ``fps``."""
         offers, self.offers = self.offers, {}
         out = []
         for fp in fps:
-            offer = offers.get(fp)
-            out.append((fp, paths[fp], None if offer is None else self.pack(*offer)))
+            path, offer = offers[fp]
+            out.append((fp, path, None if offer is None else self.pack(*offer)))
         return out
 
     def pack(self, pid: int, gid: int, index: int, succ: int, g: int, objects: Any) -> bytes | None:
@@ -283,10 +281,8 @@ class _Worker:
             pid = -1
             unpacked = None
             if packed is not None:
-                try:
-                    unpacked = exp.model.unpack(packed)
-                except NotPortable:  # (a set of objects hashed by identity): replayed
-                    self.mismatches += 1
+                with contextlib.suppress(NotPortable):  # (a set of objects hashed by
+                    unpacked = exp.model.unpack(packed)  # identity: replayed)
             if unpacked is not None:
                 spec, target, gen = unpacked
                 snap = exp.model.reader(spec)
@@ -294,8 +290,7 @@ class _Worker:
                 if exp.fingerprint(pid, gid) == fp:
                     self.transferred += 1
                 else:  # not the state sent (a key that holds addresses of other objects than
-                    self.mismatches += 1  # small ints and shared ones): rebuilt from its path
-                    pid = -1
+                    pid = -1  # small ints and shared ones): rebuilt from its path
             if pid < 0:
                 spec, target, snap, gen = replay(exp, path)
                 self.replayed += 1
@@ -363,7 +358,7 @@ def explore_layers(
             elif message[0] == "wanted":
                 conn.send(me.wanted(message[1]))
             elif message[0] == "pack":
-                conn.send(me.pack_offered(message[1], message[2]))
+                conn.send(me.pack_offered(message[1]))
             elif message[0] == "ingest":
                 conn.send(me.ingest(message[1]))
             elif message[0] == "observed":
@@ -390,20 +385,18 @@ def explore_layers(
             if founds:
                 found = min(founds, key=lambda f: (len(f[0]), f[0]))
                 break
-            # Offers first (fingerprint and path), each once: an owner asks for the states it has
+            # Offers first (fingerprints), each once: an owner asks for the states it has
             # not seen, and only those are packed by their senders (most offers are states their
             # owner reached before, and packing one may cost a call: Expander.materialize).
-            offered: list[list[tuple[int, Path]]] = [[] for _ in range(workers)]
+            offered: list[list[int]] = [[] for _ in range(workers)]
             sender: dict[int, int] = {}
             owners: dict[int, int] = {}
-            paths: list[dict[int, Path]] = [{} for _ in range(workers)]
             for j, r in enumerate(replies):
-                for i, items in enumerate(r[1]):
-                    for fp, path in items:
+                for i, fps in enumerate(r[1]):
+                    for fp in fps:
                         if fp not in sender:
                             sender[fp], owners[fp] = j, i
-                            paths[j][fp] = path
-                            offered[i].append((fp, path))
+                            offered[i].append(fp)
             for i in range(workers):
                 pool.send(i, ("wanted", offered[i]))
             asked: list[list[int]] = [[] for _ in range(workers)]
@@ -411,7 +404,7 @@ def explore_layers(
                 for fp in pool.receive(i):
                     asked[sender[fp]].append(fp)
             for j in range(workers):
-                pool.send(j, ("pack", asked[j], {fp: paths[j][fp] for fp in asked[j]}))
+                pool.send(j, ("pack", asked[j]))
             incoming: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(workers)]
             for j in range(workers):
                 for fp, path, packed in pool.receive(j):

@@ -106,24 +106,31 @@ def _copy_table(s: set[Any], copied: set[Any]) -> set[Any]:
     src = _SetObject.from_address(id(s))
     if src.fill == src.used and src.mask == 7 and src.finger == 0:
         return copied
-    dst = _SetObject.from_address(id(copied))
-    mask, small = src.mask, id(copied) + _SMALLTABLE
+    return _install_table(copied, src.table, src.mask, src.fill, src.finger)
+
+
+def _install_table(made: set[Any], entries: int, mask: int, fill: int, finger: int) -> set[Any]:
+    """Give ``made`` (which already holds a reference to every element) the table of ``mask + 1``
+    entries at address ``entries``, with that fill and finger: in its small table if it fits, in
+    a table of its own otherwise."""
+    dst = _SetObject.from_address(id(made))
+    small = id(made) + _SMALLTABLE
     size = (mask + 1) * ctypes.sizeof(_SetEntry)
     if mask == 7:
         if dst.table != small:
             _free(dst.table)
             dst.table = small
-        ctypes.memmove(small, src.table, size)
+        ctypes.memmove(small, entries, size)
     else:
         table = _malloc(size)
         if not table:
             raise MemoryError("cannot allocate a set table")
-        ctypes.memmove(table, src.table, size)
+        ctypes.memmove(table, entries, size)
         if dst.table != small:
             _free(dst.table)
         dst.table = table
-    dst.mask, dst.fill, dst.finger = mask, src.fill, src.finger
-    return copied
+    dst.mask, dst.fill, dst.finger = mask, fill, finger
+    return made
 
 
 def _dummy_address() -> int:
@@ -140,6 +147,13 @@ def _dummy_address() -> int:
 
 _DUMMY: list[int] = []
 
+
+def _dummy() -> int:
+    if not _DUMMY:
+        _DUMMY.append(_dummy_address())
+    return _DUMMY[0]
+
+
 # (fill, mask, finger, slots of the elements in iteration order, slots of the dummies, elements,
 # the elements' hashes as the table holds them)
 SetState = tuple[int, int, int, tuple[int, ...], tuple[int, ...], tuple[Any, ...], tuple[int, ...]]
@@ -155,9 +169,7 @@ def set_state(s: set[Any]) -> SetState:
     which slot each element and each dummy sits in. :func:`rebuild_set` turns it back into a set
     with that table, in this process or in a forked copy of it (element hashes must agree: the
     same interpreter and hash seed)."""
-    if not _DUMMY:
-        _DUMMY.append(_dummy_address())
-    dummy = _DUMMY[0]
+    dummy = _dummy()
     words = _WORD
     if words is not None:
         at = id(s) >> 3
@@ -179,8 +191,7 @@ def rebuild_set(state: SetState) -> set[Any]:
     """The set :func:`set_state` described: the same elements in the same slots, the same dummies,
     fill, size and finger, hence the same iteration order now and after any later operations."""
     fill, mask, finger, slots, dummies, elements, hashes = state
-    if not _DUMMY:
-        _DUMMY.append(_dummy_address())
+    dummy = _dummy()
     table = bytearray((mask + 1) * 16)
     words = memoryview(table).cast("q")
     for slot, element, expected in zip(slots, elements, hashes, strict=True):
@@ -188,26 +199,11 @@ def rebuild_set(state: SetState) -> set[Any]:
         if h != expected:  # its slot was chosen by another hash: this table would lose it
             raise NotPortable(f"a {type(element).__name__} element hashes differently here")
         words[2 * slot], words[2 * slot + 1] = id(element), h
-    made = set(elements)  # holds a reference to each element, as the table does
     for slot in dummies:
-        words[2 * slot], words[2 * slot + 1] = _DUMMY[0], -1
-    dst = _SetObject.from_address(id(made))
-    small = id(made) + _SMALLTABLE
-    if mask == 7:
-        if dst.table != small:
-            _free(dst.table)
-            dst.table = small
-        ctypes.memmove(small, bytes(table), len(table))
-    else:
-        memory = _malloc(len(table))
-        if not memory:
-            raise MemoryError("cannot allocate a set table")
-        ctypes.memmove(memory, bytes(table), len(table))
-        if dst.table != small:
-            _free(dst.table)
-        dst.table = memory
-    dst.mask, dst.fill, dst.finger = mask, fill, finger
-    return made
+        words[2 * slot], words[2 * slot + 1] = dummy, -1
+    made = set(elements)  # holds a reference to each element, as the table does
+    entries = ctypes.addressof((ctypes.c_char * len(table)).from_buffer(table))
+    return _install_table(made, entries, mask, fill, finger)
 
 
 def _interned(s: str) -> bool:
