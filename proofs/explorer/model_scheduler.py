@@ -345,6 +345,15 @@ class SchedulerModel(Model):
     def reductions(self) -> dict[str, bool]:
         return {"forget_finished": self.b.forget_finished}
 
+    def route(self, snap: Any, spec: Any, target: Any) -> Hashable:
+        # the snapshot as the key holds it: forgotten rows cut to their ids (one pair is reached
+        # with other final rows of a forgotten request, so the raw snapshot would split it)
+        if not self.b.forget_finished:
+            return snap  # type: ignore[no-any-return]
+        gone = self.forgotten(spec) & self.forgotten(target)
+        collapsed: Hashable = _frozen_rows_collapsed(snap, gone)
+        return collapsed
+
     def observable(self, snap: Any, gen: Any) -> Hashable:
         return snap  # type: ignore[no-any-return]
 

@@ -172,6 +172,15 @@ class Model:
         """The state without the spec's hidden layout (set tables): ``distinct_snapshots``."""
         return (snap, gen)
 
+    def route(self, snap: Any, spec: Any, target: Any) -> Hashable:
+        """What decides which ``--workers`` process owns a pair: a function of the pair key (two
+        arrivals at one pair must meet one owner, its visited set and its memo), and one value
+        for the pairs that share a snapshot, so that what a worker remembers per snapshot (edge
+        lists, the spec's read-only answers, checked invariants) is filled by one worker, not
+        by each. Default: the observable state without a generator model, a function of the
+        pair key wherever the key holds the snapshot or a canonical form of it."""
+        return self.observable(snap, ())
+
     def clone(self, obj: Any) -> Any:
         """An exact copy of one side (:func:`clone`; a model may know a faster exact way)."""
         return clone(obj)
