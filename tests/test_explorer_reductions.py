@@ -218,10 +218,11 @@ def _route_arrivals(model: Any, monkeypatch: pytest.MonkeyPatch) -> dict[int, se
 def test_a_pairs_route_is_the_same_at_every_arrival(
     component: str, variant: str, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--workers`` sends every state of a pair to the owner its route names, so the route must
-    be a function of the pair key: one pair reached with two routes would be explored by two
-    workers. The scheduler is the case that needs its own: a forgotten request's final row is cut
-    from its key, so one pair is reached with different raw snapshots."""
+    """A portable ``--workers`` search (Ray actors) sends every state of a pair to the owner its
+    route names, so the route must be a function of the pair key: one pair reached with two
+    routes would be explored by two workers. The scheduler is the case that needs its own: a
+    forgotten request's final row is cut from its key, so one pair is reached with different raw
+    snapshots."""
     from proofs.explorer import entry
 
     comp = components.get(component)

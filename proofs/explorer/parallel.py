@@ -1,12 +1,7 @@
 """``--workers N``: the breadth-first search on N processes, layer by layer.
 
-Every state has an owner: its pair's *route* modulo N, a function of the pair key, so all states
-of one spec/target pair meet in one worker's visited set and transition memo. The route is the
-pair's fingerprint, or, for a model that keeps caches per snapshot (the block manager's edge
-lists and its spec's read-only answers), :meth:`Model.route` — the snapshot as the pair key
-holds it — so all pairs of one snapshot meet in one worker and those caches are filled once,
-not once per worker (routing the block manager by pair cost its search a third more time in
-the calls on two workers). Each worker keeps the visited fingerprints and
+Every state has an owner, its pair's fingerprint modulo N (so all states of one spec/target pair
+meet in one worker's transition memo); each worker keeps the visited fingerprints and
 the frontier of the states it owns and expands them with its own :class:`~.engine.Expander`. A
 successor owned by another worker is sent to it as its objects — exact copies, every set with
 its hash table (:meth:`Model.pack`, :func:`~.set_clone.exact_dumps`; workers are forks of one
@@ -30,10 +25,11 @@ Ray actors, in kvspec/distributed.py).
 Fingerprints are ``hash()`` values, and those only mean the same in forked copies of one process:
 on CPython 3.11 ``hash(None)`` is an address, and the set tables in a pair key hold element
 addresses. A backend whose workers are other interpreters says ``portable = True``; its workers
-then route a state by a digest of :meth:`Model.route` that every interpreter computes alike
-(:func:`stable_digest`; a pair's fingerprint would not do), states cross as paths only, and an owner
-fingerprints every state it is sent itself (after replaying its path) instead of trusting the
-sender's number. The cost is a replay per incoming path and a digest per new pair.
+then route a state by a digest of its pair's route (:meth:`Model.route`: the snapshot as the
+pair key holds it) that every interpreter computes alike (:func:`stable_digest`), states cross
+as paths only, and an owner fingerprints every state it is sent itself (after replaying its
+path) instead of trusting the sender's number. Ownership stays by pair, so a pair's states still
+share one memo; the cost is a replay per incoming path and a digest per new pair.
 """
 
 from __future__ import annotations
@@ -156,39 +152,31 @@ def _feed(put: Callable[[bytes], Any], v: Any) -> None:
         put(f"?{t.__qualname__}:{v!r};".encode())
 
 
-class _RoutedExpander(Expander):
-    """An expander that also keeps each pair's route: its owner is the route modulo the number of
-    workers. A portable search routes by :func:`stable_digest` of :meth:`Model.route` (every
-    interpreter computes it alike). Forked workers route by ``hash()`` of it where the model
-    keeps caches per snapshot (``edges_from_snapshot``, ``spec_readonly_by_snapshot``), so each
-    snapshot's caches are filled by one worker; elsewhere by the pair's own fingerprint, whose
-    finer partition balances the layers better (routing the scheduler by snapshot left one
-    worker with 40% more work)."""
+class _PortableExpander(Expander):
+    """An expander that also keeps, per pair, the stable digest of its route (the pair's owner in
+    a portable search). :meth:`Model.route` is a function of the pair key, so equal pairs get
+    equal owners everywhere (the raw snapshot is not: the scheduler's key cuts a forgotten
+    request's final row, and one of its pairs reached with two final rows went to two owners)."""
 
-    def __init__(self, model: Any, *, well_formed: bool, memo: bool, portable: bool) -> None:
+    def __init__(self, model: Any, *, well_formed: bool, memo: bool) -> None:
         super().__init__(model, well_formed=well_formed, memo=memo)
         self.routes: list[int] = []
-        self.digest: Callable[[Any], int] = stable_digest if portable else hash
-        self.by_route = portable or model.edges_from_snapshot or model.spec_readonly_by_snapshot
 
     def pair(self, spec: Any, target: Any, snap: Any, snap_hash: int | None = None) -> int:
         pid = super().pair(spec, target, snap, snap_hash)
         if pid == len(self.routes):
-            self.routes.append(
-                self.digest(self.model.route(snap, spec, target))
-                if self.by_route
-                else self.pair_fps[pid]
-            )
+            self.routes.append(stable_digest(self.model.route(snap, spec, target)))
         return pid
 
 
 class _Worker:
     """One worker's share: its visited fingerprints, its frontier, its expander."""
 
-    def __init__(self, exp: _RoutedExpander, wid: int, n: int, portable: bool = False) -> None:
+    def __init__(self, exp: Expander, wid: int, n: int, portable: bool = False) -> None:
         self.exp, self.wid, self.n = exp, wid, n
         self.portable = portable
-        self.routes = exp.routes  # the owner of a pair: its route modulo n
+        # the owner of a pair: by its fingerprint, or (portable) by its snapshot's digest
+        self.routes = exp.routes if isinstance(exp, _PortableExpander) else exp.pair_fps
         self.seen: set[int] = set()
         self.observed: set[int] = set()
         self.frontier: list[tuple[Path, int, int]] = []
@@ -238,7 +226,7 @@ class _Worker:
                 return ("found", (*path, *found[0]), found[1])
             for index, succ, g, objects in successors:
                 fp = hash((fps[succ], ghash[g]))
-                owner = routes[succ] % n  # by route: a pair's states meet that pair's memo
+                owner = routes[succ] % n  # by pair: every state of a pair meets that pair's memo
                 if owner != wid:
                     if fp not in self.sent:
                         self.sent.add(fp)
@@ -352,8 +340,8 @@ def explore_layers(
     portable = bool(getattr(pool, "portable", False))
 
     def work(conn: Any, wid: int, n: int) -> None:
-        exp = _RoutedExpander(model, well_formed=well_formed, memo=memo, portable=portable)
-        me = _Worker(exp, wid, n, portable)
+        kind = _PortableExpander if portable else Expander
+        me = _Worker(kind(model, well_formed=well_formed, memo=memo), wid, n, portable)
         spec, target, snap, gen = replay(me.exp, ())  # fingerprinted with this worker's hash
         pid = me.exp.pair(spec, target, snap)
         if me.routes[pid] % n == wid:

@@ -173,12 +173,11 @@ class Model:
         return (snap, gen)
 
     def route(self, snap: Any, spec: Any, target: Any) -> Hashable:
-        """What decides which ``--workers`` process owns a pair: a function of the pair key (two
-        arrivals at one pair must meet one owner, its visited set and its memo), and one value
-        for the pairs that share a snapshot, so that what a worker remembers per snapshot (edge
-        lists, the spec's read-only answers, checked invariants) is filled by one worker, not
-        by each. Default: the observable state without a generator model, a function of the
-        pair key wherever the key holds the snapshot or a canonical form of it."""
+        """What decides which worker of a portable ``--workers`` search (other interpreters: a
+        pair's ``hash()`` fingerprint means nothing there) owns a pair: a plain value that is a
+        function of the pair key, since two arrivals at one pair must meet one owner, its
+        visited set and its memo. Default: the observable state without a generator model, a
+        function of the pair key wherever the key holds the snapshot or a canonical form of it."""
         return self.observable(snap, ())
 
     def clone(self, obj: Any) -> Any:
