@@ -485,6 +485,32 @@ def test_scheduler_harness_clone_is_the_generic_clone() -> None:
         assert deep_key(h.s) == deep_key(clone(h).s) != deep_key(fast.s)
 
 
+def test_scheduler_harness_clone_shares_only_forgotten_requests() -> None:
+    """A request found forgotten (finished, nothing but the harness's dict refers to it) never
+    changes again, so copies share it; every other request is copied, and the copy's later
+    events leave the shared one as it was."""
+    from proofs.explorer.set_clone import clone, deep_key
+    from spec.infinilm.snapshot import request_row
+
+    model = SchedulerModel("infinilm-scheduler", ImplScheduler, "impl", SchedulerBounds())
+    h = model.initial()[1]
+    h.add_request("r0", [0], 1, False, 0, False, False)
+    h.step([])  # r0 reaches max_tokens: finished and dropped by the scheduler
+    h.add_request("r1", [0, 0], 2, False, 0, False, False)
+    assert model.forgotten(h) == {"r0"}
+    fast = model.clone(h)
+    assert fast.requests["r0"] is h.requests["r0"]
+    assert fast.requests["r1"] is not h.requests["r1"]
+    for name in vars(h):
+        if name not in ("config", "types"):
+            assert deep_key(getattr(clone(h), name)) == deep_key(getattr(fast, name)), name
+    row = request_row("r0", h.requests["r0"])
+    fast.step([])
+    fast.step([])
+    assert request_row("r0", fast.requests["r0"]) == row
+    assert model.forgotten(fast) >= {"r0"}  # the finding travels with the copy
+
+
 class WithOwnAttribute(ImplBlockManager):
     """A target kvspec cannot read whole (an attribute of its own): no memo, no lazy cloning."""
 

@@ -451,6 +451,32 @@ def test_sealed_means_nothing_but_the_owner_refers_to_the_object_or_its_lists() 
     assert not sealed(owner, "a")
 
 
+def test_sealed_values_are_judged_alike_on_the_fast_path_and_item_by_item() -> None:
+    """``_all_immutable`` decides all-atom containers in one C-level pass; a container with
+    anything else in it is judged item by item, so a nested tuple of atoms or an enum member
+    still counts as immutable and a nested list or a tuple holding one does not."""
+    from spec.infinilm.request import RequestStatus
+    from stateful_tests import sealed as sealing
+
+    cases = [
+        ([], True),
+        ([1, b"x", "s", None, 2.5, True], True),
+        ([1, (2, 3)], True),
+        ([RequestStatus.FINISHED, 1], True),
+        ([1, [2]], False),
+        ([(1, [2])], False),
+        ([1, {2}], False),
+    ]
+    for values, immutable in cases:
+        assert sealing._all_immutable(values) is immutable, values
+        assert all(map(sealing._immutable, values)) is immutable, values
+    owner = {"a": InferenceRequest("a", [1, 2, 3])}
+    owner["a"].finish_reason = (1, [2])  # a tuple that holds a list: not sealed
+    assert not sealed(owner, "a")
+    owner["a"].finish_reason = RequestStatus.FINISHED  # an enum member: sealed
+    assert sealed(owner, "a")
+
+
 class KeepsFinishedRequests(ImplScheduler):
     """Keeps every finished request it completes, and once, on a later schedule(), changes one
     that finished two schedules earlier (its computed-token count). Nothing the scheduler

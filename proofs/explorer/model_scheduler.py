@@ -257,7 +257,17 @@ class SchedulerModel(Model):
             return clone(h)
         memo: dict[int, Any] = {}
         state = h.__dict__.copy()
-        state["requests"] = {rid: _clone_request(r, memo) for rid, r in h.requests.items()}
+        known = self._gone.get(h)
+        if known:  # a forgotten request never changes again (forgotten()): shared, not copied
+            requests = {}
+            for rid, r in h.requests.items():
+                if rid in known:
+                    requests[rid] = memo[id(r)] = r
+                else:
+                    requests[rid] = _clone_request(r, memo)
+            state["requests"] = requests
+        else:
+            state["requests"] = {rid: _clone_request(r, memo) for rid, r in h.requests.items()}
         state["lost"] = clone_set(h.lost)
         s = h.s
         bm = s.cache_manager
@@ -270,8 +280,7 @@ class SchedulerModel(Model):
         state["s"] = _clone_scheduler(s, h.connector, memo) or clone(s, memo)
         copied = object.__new__(type(h))
         copied.__dict__ = state
-        known = self._gone.get(h)
-        if known:  # (an exact copy: what was unreachable in h is unreachable in the copy)
+        if known:  # (what was unreachable in h is unreachable in the copy, which shares it)
             self._gone[copied] = known
         return copied
 

@@ -178,18 +178,21 @@ def read_scheduler(
     ``rows``: the requests' rows when the caller has them (see :func:`request_row`)."""
     s = scheduler
     mamba = s.mamba_cache_manager
-    return SchedulerSnapshot(
-        waiting=_ids(s.waiting_queue),
-        running=_ids(s.running_queue),
-        remote=tuple(s.remote_kv_requests),
-        finished_receiving=tuple(sorted(s.finished_receiving_kv_req_ids)),
-        failed_receiving=tuple(sorted(s.failed_receiving_kv_req_ids)),
-        pending_free_blocks=tuple(sorted((k, tuple(v)) for k, v in s.pending_free_blocks.items())),
-        pending_kv_decode_blocks=s.pending_kv_decode_blocks,
-        cache_stats=tuple(sorted(s.get_cache_stats().items())),
-        requests=rows
-        if rows is not None
-        else tuple([request_row(rid, r) for rid, r in sorted(requests.items())]),
-        mamba=(tuple(mamba.free_block_ids), tuple(mamba.used_block_ids)) if mamba else (),
-        block_manager=read_block_manager(s.cache_manager),
+    return _new(  # the fields in order, without NamedTuple's Python-level constructor
+        SchedulerSnapshot,
+        (
+            _ids(s.waiting_queue),  # waiting
+            _ids(s.running_queue),  # running
+            tuple(s.remote_kv_requests),  # remote
+            tuple(sorted(s.finished_receiving_kv_req_ids)),  # finished_receiving
+            tuple(sorted(s.failed_receiving_kv_req_ids)),  # failed_receiving
+            tuple(sorted((k, tuple(v)) for k, v in s.pending_free_blocks.items())),
+            s.pending_kv_decode_blocks,
+            tuple(sorted(s.get_cache_stats().items())),  # cache_stats
+            rows  # requests
+            if rows is not None
+            else tuple([request_row(rid, r) for rid, r in sorted(requests.items())]),
+            (tuple(mamba.free_block_ids), tuple(mamba.used_block_ids)) if mamba else (),
+            read_block_manager(s.cache_manager),
+        ),
     )
