@@ -4,7 +4,7 @@ explorer's copies share only the requests found forgotten, which never change ag
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import pytest
@@ -16,21 +16,24 @@ from proofs.explorer import SchedulerBounds, SchedulerModel, explore
 BM = "infinilm-block-manager"
 
 
-def _route_arrivals(model: Any, monkeypatch: pytest.MonkeyPatch) -> dict[int, set[Hashable]]:
-    """Every route :meth:`Model.route` gives at every arrival at each pair of a serial search."""
+def _arrivals(
+    model: Any, monkeypatch: pytest.MonkeyPatch, seen: Callable[[Any, Any, Any], Hashable]
+) -> dict[int, set[Hashable]]:
+    """``seen(snap, spec, target)`` at every arrival at each pair of a serial search."""
     from proofs.explorer import engine
 
-    seen: dict[int, set[Hashable]] = {}
+    out: dict[int, set[Hashable]] = {}
     pair = engine.Expander.pair
 
     def recording(self: Any, spec: Any, target: Any, snap: Any, *rest: Any) -> int:
         pid: int = pair(self, spec, target, snap, *rest)
-        seen.setdefault(pid, set()).add(model.route(snap, spec, target))
+        out.setdefault(pid, set()).add(seen(snap, spec, target))
         return pid
 
     monkeypatch.setattr(engine.Expander, "pair", recording)
     assert explore(model).complete
-    return seen
+    monkeypatch.undo()
+    return out
 
 
 @pytest.mark.parametrize(
@@ -61,27 +64,12 @@ def test_a_pairs_route_is_the_same_at_every_arrival(
     )
     model_cls = components.resolve(comp.explorer.model)
     model = model_cls(component, components.resolve(comp.impl), "impl", bounds, comp.fixed_options)
-    routes = _route_arrivals(model, monkeypatch)
+    routes = _arrivals(model, monkeypatch, model.route)
     assert len(routes) > 20
     assert all(len(r) == 1 for r in routes.values())
     if component == "infinilm-scheduler":  # (not vacuous: some pair is reached twice over)
-        assert any(len(r) > 1 for r in _snapshot_arrivals(model, monkeypatch).values())
-
-
-def _snapshot_arrivals(model: Any, monkeypatch: pytest.MonkeyPatch) -> dict[int, set[Any]]:
-    from proofs.explorer import engine
-
-    seen: dict[int, set[Any]] = {}
-    pair = engine.Expander.pair
-
-    def recording(self: Any, spec: Any, target: Any, snap: Any, *rest: Any) -> int:
-        pid: int = pair(self, spec, target, snap, *rest)
-        seen.setdefault(pid, set()).add(snap)
-        return pid
-
-    monkeypatch.setattr(engine.Expander, "pair", recording)
-    assert explore(model).complete
-    return seen
+        snaps = _arrivals(model, monkeypatch, lambda snap, spec, target: snap)
+        assert any(len(r) > 1 for r in snaps.values())
 
 
 def test_scheduler_harness_clone_shares_only_forgotten_requests() -> None:

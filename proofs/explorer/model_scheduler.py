@@ -257,17 +257,11 @@ class SchedulerModel(Model):
             return clone(h)
         memo: dict[int, Any] = {}
         state = h.__dict__.copy()
-        known = self._gone.get(h)
-        if known:  # a forgotten request never changes again (forgotten()): shared, not copied
-            requests = {}
-            for rid, r in h.requests.items():
-                if rid in known:
-                    requests[rid] = memo[id(r)] = r
-                else:
-                    requests[rid] = _clone_request(r, memo)
-            state["requests"] = requests
-        else:
-            state["requests"] = {rid: _clone_request(r, memo) for rid, r in h.requests.items()}
+        known = self._gone.get(h, frozenset())
+        requests = state["requests"] = {}
+        for rid, r in h.requests.items():
+            # a forgotten request never changes again (forgotten()): shared, not copied
+            requests[rid] = memo[id(r)] = r if rid in known else _clone_request(r, memo)
         state["lost"] = clone_set(h.lost)
         s = h.s
         bm = s.cache_manager
@@ -357,11 +351,8 @@ class SchedulerModel(Model):
     def route(self, snap: Any, spec: Any, target: Any) -> Hashable:
         # the snapshot as the key holds it: forgotten rows cut to their ids (one pair is reached
         # with other final rows of a forgotten request, so the raw snapshot would split it)
-        if not self.b.forget_finished:
-            return snap  # type: ignore[no-any-return]
-        gone = self.forgotten(spec) & self.forgotten(target)
-        collapsed: Hashable = _frozen_rows_collapsed(snap, gone)
-        return collapsed
+        held: Hashable = self.key(snap, (), spec, target)[0]  # type: ignore[index]
+        return held
 
     def observable(self, snap: Any, gen: Any) -> Hashable:
         return snap  # type: ignore[no-any-return]
