@@ -175,6 +175,33 @@ def test_generic_clone_keeps_aliasing_and_is_independent() -> None:
     assert shared == [1]
 
 
+class HoldsALock(ImplBlockManager):
+    """A target with a lock (as upstream's scheduler has, in its janus queues)."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(num_blocks, block_size)
+        import threading
+
+        self.lock = threading.Lock()
+
+
+def test_a_target_the_explorer_cannot_copy_is_a_clear_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A lock cannot be made by ``object.__new__``: one line naming the type, exit 2, no
+    traceback (the real InfiniLM scheduler gave a ``TypeError`` traceback before)."""
+    import threading
+
+    from proofs.explorer import ExplorerUnsupported
+
+    with pytest.raises(ExplorerUnsupported, match="cannot copy a _thread.lock"):
+        clone({"lock": threading.Lock()})
+    target = f"{__name__}:HoldsALock"
+    assert main(["explore", BM, "--target", target, "--pages", "2", "--tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot copy a _thread.lock" in err and "Traceback" not in err
+
+
 # ----------------------------------------------------------------------------- impl holds
 def test_block_manager_impl_is_explored_completely() -> None:
     result = explore(BlockManagerModel(BM, ImplBlockManager, "impl", SMALL_BM))

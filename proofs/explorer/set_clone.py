@@ -57,7 +57,8 @@ _free.restype, _free.argtypes = None, (ctypes.c_void_p,)
 
 
 class ExplorerUnsupported(RuntimeError):
-    """This interpreter's sets cannot be cloned exactly (the explorer needs CPython 3.11+)."""
+    """The explorer cannot copy these states exactly: this interpreter's sets (it needs CPython
+    3.11+), or an object of a type that cannot be made without its own constructor (a lock)."""
 
 
 def _memory() -> tuple[Any, Any]:
@@ -358,7 +359,14 @@ def clone(obj: Any, memo: dict[int, Any] | None = None) -> Any:
         new = copy.deepcopy(obj, memo)
     else:
         slots, has_dict = how
-        new = memo[id(obj)] = object.__new__(t)
+        try:
+            new = memo[id(obj)] = object.__new__(t)
+        except TypeError:  # (a lock, a thread handle: a C type object.__new__ refuses)
+            raise ExplorerUnsupported(
+                f"the explorer copies every state exactly and cannot copy a "
+                f"{t.__module__}.{t.__qualname__} the objects hold (a lock, e.g. in a janus "
+                "queue): check, fuzz and audit drive such a target without copies"
+            ) from None
         if has_dict:
             state = obj.__dict__.copy()
             for k, v in state.items():
