@@ -194,7 +194,7 @@ def test_a_target_the_explorer_cannot_copy_is_a_clear_usage_error(
 
     from proofs.explorer import ExplorerUnsupported
 
-    with pytest.raises(ExplorerUnsupported, match="cannot copy a _thread.lock"):
+    with pytest.raises(ExplorerUnsupported, match=r"cannot copy a _thread\.lock"):
         clone({"lock": threading.Lock()})
     target = f"{__name__}:HoldsALock"
     assert main(["explore", BM, "--target", target, "--pages", "2", "--tokens", "2"]) == 2
