@@ -28,7 +28,7 @@ from spec.vllm.kv_cache_manager import VARIANTS as PREFIX_CACHE_VARIANTS
 from spec.vllm.offload_manager import VARIANTS as OFFLOAD_VARIANTS
 
 if TYPE_CHECKING:  # the checkers import hypothesis: only when a command runs one
-    from stateful_tests.checker import CheckerDef, Example, Mutant, Options
+    from stateful_tests.checker import CheckerDef, Example, Mutant, Options, Reference
     from stateful_tests.lockstep import RunResult
 
 Ref = Any
@@ -183,9 +183,11 @@ class Component:
         variant: str | None = None,
         inputs: str = "all",
         timeout: float | None = 10.0,
+        reference: Reference | None = None,
         **options: Any,
     ) -> RunResult:
-        """The hypothesis lockstep machine (and the explicit programs) under ``settings``."""
+        """The hypothesis lockstep machine (and the explicit programs) under ``settings``;
+        ``reference``: what the target is compared with (default: the spec)."""
         from stateful_tests import checker
 
         return checker.check(
@@ -199,6 +201,7 @@ class Component:
             timeout=timeout,
             inputs=inputs,
             variants=self.target_variants(target_cls),
+            reference=reference or checker.SPEC,
         )
 
     def fuzz(
@@ -214,6 +217,7 @@ class Component:
         inputs: str = "all",
         timeout: float | None = 10.0,
         rows: Collection[str] | None = None,
+        reference: Reference | None = None,
         **options: Any,
     ) -> RunResult:
         """Seeded differential fuzzing until ``ops`` lockstep calls."""
@@ -233,6 +237,7 @@ class Component:
             inputs=inputs,
             episode_ops=episode_ops,
             progress=progress,
+            reference=reference or checker.SPEC,
         )
 
     def replay(
@@ -243,10 +248,12 @@ class Component:
         *,
         inputs: str | None = None,
         timeout: float | None = 10.0,
+        reference: Reference | None = None,
         **options: Any,
     ) -> RunResult:
-        """Re-run a saved trace on a fresh spec and ``target`` (``inputs``: the trace's own unless
-        given; ``well-formed`` leaves its bad-input calls out)."""
+        """Re-run a saved trace on a fresh reference (the spec by default) and ``target``
+        (``inputs``: the trace's own unless given; ``well-formed`` leaves its bad-input calls
+        out)."""
         from stateful_tests import checker
 
         return checker.replay(
@@ -258,6 +265,7 @@ class Component:
             options=self.options(**options),
             timeout=timeout,
             inputs=inputs,
+            reference=reference or checker.SPEC,
         )
 
     def shrink(
@@ -268,6 +276,7 @@ class Component:
         *,
         budget_seconds: float = 10.0,
         same_operation: bool = False,
+        reference: Reference | None = None,
         **options: Any,
     ) -> dict[str, Any]:
         """Delta-debug a failing trace for at most ``budget_seconds``, keeping its check and the
@@ -283,6 +292,7 @@ class Component:
             budget_seconds=budget_seconds,
             options=self.options(**options),
             same_operation=same_operation,
+            reference=reference or checker.SPEC,
         )
 
     def run_example(
@@ -294,6 +304,7 @@ class Component:
         variant: str | None = None,
         inputs: str = "all",
         timeout: float | None = 10.0,
+        reference: Reference | None = None,
         **options: Any,
     ) -> RunResult:
         """One explicit program (a seeded, scripted run on a chosen configuration)."""
@@ -309,6 +320,7 @@ class Component:
             options=self.options(**options),
             timeout=timeout,
             inputs=inputs,
+            reference=reference or checker.SPEC,
         )
 
     def mutant_options(self, m: Mutant) -> dict[str, Any]:

@@ -64,6 +64,56 @@ INPUTS = ("all", "well-formed")
 are not meant to share the spec's contract on bad input; ``kvspec audit`` reports that contract)."""
 
 
+ORACLES = ("spec", "baseline", "invariants")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a checker compares the target with (``--oracle`` / ``--baseline``).
+
+    * ``spec`` (the default): the component's executable spec, every observable equal.
+    * ``baseline``: ``cls``, another implementation of the same API (the previous revision of the
+      target, another release) driven where the spec is driven: return values, exceptions and
+      snapshots must be equal, and every invariant still holds (on both sides: their snapshots
+      are equal by then).
+    * ``invariants``: no reference behaviour at all, only the component's invariants. The
+      target runs beside a second instance of itself (so the operation alphabet keeps a state to
+      draw from), which makes any difference between the two nondeterminism, reported as
+      ``deterministic``.
+
+    ``label``: how reports name the reference (the baseline's target text)."""
+
+    kind: str = "spec"
+    cls: Callable[..., Any] | None = None
+    label: str = "spec"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ORACLES:
+            raise ValueError(f"unknown oracle {self.kind!r}; choose one of {', '.join(ORACLES)}")
+        if (self.kind == "baseline") != (self.cls is not None):
+            raise ValueError("a baseline reference needs its class (and only a baseline has one)")
+
+    @property
+    def role(self) -> str:
+        """The reference side's name in messages: spec, baseline, or copy (of the target)."""
+        return {"spec": "spec", "baseline": "baseline", "invariants": "copy"}[self.kind]
+
+    def cls_for(
+        self, spec_cls: Callable[..., Any], target_cls: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """The class driven on the reference side against ``target_cls`` (``spec_cls``: the
+        component's spec)."""
+        if self.kind == "spec":
+            return spec_cls
+        return target_cls if self.cls is None else self.cls
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "label": self.label}
+
+
+SPEC = Reference()
+
+
 def check_inputs(inputs: str) -> str:
     if inputs not in INPUTS:
         raise ValueError(f"unknown --inputs {inputs!r}; choose one of {', '.join(INPUTS)}")
@@ -102,16 +152,18 @@ class Example:
 class CheckerDef:
     """What a component's lockstep checker is made of (its own parts; the plumbing is generic).
 
-    ``driver(target_cls, config, options)`` starts a driver; ``config_type(**fields)`` rebuilds a
-    trace's configuration; ``machine_config`` / ``fuzz_config`` ``(chooser, variant, options)``
-    draw one (``variant=None``: drawn too); ``facts(driver)`` computes once per step what the
-    ``enabled`` predicates read; ``spec_cls`` is the spec as a target (a shrunk trace must replay
-    cleanly spec-vs-spec, unless its failure is one of ``spec_properties`` — a question about the
-    spec itself); ``simplify(step)`` yields smaller variants of one trace step for the shrinker.
+    ``driver(target_cls, config, options, reference)`` starts a driver (``reference``: a
+    :class:`Reference`, whose class the driver drives where it drives the spec by default);
+    ``config_type(**fields)`` rebuilds a trace's configuration; ``machine_config`` /
+    ``fuzz_config`` ``(chooser, variant, options)`` draw one (``variant=None``: drawn too);
+    ``facts(driver)`` computes once per step what the ``enabled`` predicates read; ``spec_cls``
+    is the spec as a target (a shrunk trace must replay cleanly spec-vs-spec, unless its failure
+    is one of ``spec_properties`` — a question about the spec itself); ``simplify(step)`` yields
+    smaller variants of one trace step for the shrinker.
     """
 
     machine_name: str
-    driver: Callable[[Callable[..., Any], Any, Options], Any]
+    driver: Callable[[Callable[..., Any], Any, Options, Reference], Any]
     config_type: Callable[..., Any]
     machine_config: Callable[[Chooser, str | None, Options], Any]
     fuzz_config: Callable[[Chooser, str | None, Options], Any]
@@ -203,6 +255,7 @@ def make_machine(
     seed_label: str,
     derandomize: bool = True,
     inputs: str = "all",
+    reference: Reference = SPEC,
 ) -> type[LockstepMachine]:
     """The lockstep ``RuleBasedStateMachine`` of ``checker`` against ``target_cls``.
 
@@ -218,7 +271,7 @@ def make_machine(
         cls = type(self)
         cls.last_config = config = checker.machine_config(DataChooser(data), variant, options)
         cls.last_driver = None
-        self.d = start_driver(checker, target_cls, config, options)
+        self.d = start_driver(checker, target_cls, config, options, reference)
         cls.drivers_started += 1
         cls.last_driver = self.d
 
@@ -254,12 +307,17 @@ def run_op(d: Any, op: Operation, chooser: Chooser) -> None:
 
 
 def start_driver(
-    checker: CheckerDef, target_cls: Callable[..., Any], config: Any, options: Options
+    checker: CheckerDef,
+    target_cls: Callable[..., Any],
+    config: Any,
+    options: Options,
+    reference: Reference = SPEC,
 ) -> Any:
     """A new driver. A difference in the first snapshot is a step-0 ``Divergence``; a target
-    whose constructor rejects the component's arguments cannot be driven (``TargetMisfit``)."""
+    (or baseline) whose constructor rejects the component's arguments cannot be driven
+    (``TargetMisfit``)."""
     try:
-        return checker.driver(target_cls, config, options)
+        return checker.driver(target_cls, config, options, reference)
     except (Divergence, TargetMisfit):
         raise
     except Exception as exc:
@@ -267,10 +325,21 @@ def start_driver(
 
 
 def _trace(
-    component: str, target: str, config: Any, failure: Divergence, inputs: str
+    component: str,
+    target: str,
+    config: Any,
+    failure: Divergence,
+    inputs: str,
+    reference: Reference = SPEC,
 ) -> dict[str, Any]:
     return trace_document(
-        component, target, config.to_json(), failure.steps, failure, inputs=inputs
+        component,
+        target,
+        config.to_json(),
+        failure.steps,
+        failure,
+        inputs=inputs,
+        oracle=reference.to_json(),
     )
 
 
@@ -286,6 +355,7 @@ def check(
     variants: Sequence[str] = (),
     inputs: str = "all",
     timeout: float | None = CALL_TIMEOUT,
+    reference: Reference = SPEC,
 ) -> RunResult:
     """Run the lockstep machine under ``settings``, then the explicit programs; the first failure
     (hypothesis' shrunk program, or the explicit program's trace) with its trace. With a drawn
@@ -303,6 +373,7 @@ def check(
         seed_label=component,
         derandomize=settings.derandomize,
         inputs=inputs,
+        reference=reference,
     )
     started = time.perf_counter()
     failure: Divergence | None = None
@@ -324,7 +395,7 @@ def check(
     )
     if failure is not None:
         config = machine.last_config if machine.last_driver is None else machine.last_driver.config
-        result.trace = _trace(component, target, config, failure, inputs)
+        result.trace = _trace(component, target, config, failure, inputs, reference)
     if result.passed:
         for run_variant in [variant] if variant is not None or not variants else variants:
             for example in checker.examples:
@@ -340,6 +411,7 @@ def check(
                     options=opts,
                     inputs=inputs,
                     timeout=timeout,
+                    reference=reference,
                 )
                 result.examples += 1
                 result.steps += run.steps
@@ -364,6 +436,7 @@ def run_example(
     options: Options | None = None,
     inputs: str = "all",
     timeout: float | None = CALL_TIMEOUT,
+    reference: Reference = SPEC,
 ) -> RunResult:
     """One explicit program (:class:`Example`) against ``target_cls``: the configuration the
     machine draws from its seed with its ``config`` fields, its scripted ops, then its weighted
@@ -383,7 +456,7 @@ def run_example(
     failure: Divergence | None = None
     try:
         with call_timeout(timeout):
-            d = start_driver(checker, target_cls, config, opts)
+            d = start_driver(checker, target_cls, config, opts, reference)
             _run_program(checker, d, chooser, example, table, by_name, coverage)
     except Divergence as exc:
         failure = exc
@@ -397,7 +470,7 @@ def run_example(
         time.perf_counter() - started,
         dict(coverage),
         failure,
-        None if failure is None else _trace(component, target, config, failure, inputs),
+        None if failure is None else _trace(component, target, config, failure, inputs, reference),
     )
 
 
@@ -472,6 +545,7 @@ def fuzz(
     inputs: str = "all",
     timeout: float | None = CALL_TIMEOUT,
     rows: Collection[str] | None = None,
+    reference: Reference = SPEC,
 ) -> RunResult:
     """Seeded differential fuzzing: fresh drivers (episodes) until ``ops`` lockstep calls; each
     step draws one enabled row of the operations table by weight (``rows``: only these rows of
@@ -492,7 +566,7 @@ def fuzz(
             episodes += 1
             d: Any = None
             try:
-                d = start_driver(checker, target_cls, config, opts)
+                d = start_driver(checker, target_cls, config, opts, reference)
                 _episode(checker, d, chooser, min(per_episode, ops - done), coverage, table)
             except Divergence as exc:
                 steps = len(d.steps) if d is not None else 0
@@ -506,7 +580,7 @@ def fuzz(
                     time.perf_counter() - started,
                     dict(coverage),
                     exc,
-                    _trace(component, target, config, exc, inputs),
+                    _trace(component, target, config, exc, inputs, reference),
                 )
             done += len(d.steps)
             coverage.update(d.coverage)
@@ -542,16 +616,18 @@ def replay(
     options: Options | None = None,
     inputs: str | None = None,
     timeout: float | None = CALL_TIMEOUT,
+    reference: Reference = SPEC,
 ) -> RunResult:
-    """Re-run a trace's calls on a fresh spec and ``target``, with the checks of the live run.
-    ``inputs`` (default: the trace's own) ``well-formed`` leaves out the bad-input calls."""
+    """Re-run a trace's calls on a fresh reference (the spec unless ``reference`` says
+    otherwise) and ``target``, with the checks of the live run. ``inputs`` (default: the trace's
+    own) ``well-formed`` leaves out the bad-input calls."""
     config = checker.config_type(**document["config"])
     chosen = check_inputs(inputs or document.get("inputs", "all"))
     started = time.perf_counter()
     d = None
     try:
         with call_timeout(timeout):
-            d = start_driver(checker, target_cls, config, dict(options or {}))
+            d = start_driver(checker, target_cls, config, dict(options or {}), reference)
             for step in document["steps"]:
                 if chosen == "well-formed" and step.get("bad"):
                     continue
@@ -566,7 +642,13 @@ def replay(
             time.perf_counter() - started,
             failure=exc,
             trace=trace_document(
-                component, target, config.to_json(), exc.steps, exc, inputs=chosen
+                component,
+                target,
+                config.to_json(),
+                exc.steps,
+                exc,
+                inputs=chosen,
+                oracle=reference.to_json(),
             ),
         )
     steps = len(d.steps) if d is not None else 0
@@ -616,18 +698,22 @@ def shrink(
     budget_seconds: float = 10.0,
     options: Options | None = None,
     same_operation: bool = False,
+    reference: Reference = SPEC,
 ) -> dict[str, Any]:
     """Delete steps from a failing trace (then simplify the survivors with ``checker.simplify``)
     while it still fails the same check on a call of the same input class (a well-formed
     failure never shrinks into a bad-input one; with ``same_operation``, also of the same
     operation) and — unless that check is one of the spec's own properties — still replays
-    cleanly with the spec as its own target, so a shrunk trace never blames the spec's misuse.
+    cleanly with the reference as its own target, so a shrunk trace never blames the reference's
+    misuse (a baseline may fail the same check itself: its own bug, which the target shares).
     Recorded generator state (``holders``) is dropped from candidates: deleting a step makes it
     stale. The shortest failing trace found within ``budget_seconds``."""
     want = signature(document)
     deadline = time.perf_counter() + budget_seconds
     opts = dict(options or {})
-    own_property = want[2] in checker.spec_properties
+    # (with the invariants oracle the reference is the target itself: nothing more to ask)
+    own_property = want[2] in checker.spec_properties or reference.kind == "invariants"
+    sanity_cls = reference.cls_for(checker.spec_cls, target_cls)
 
     def same(found: Mapping[str, Any]) -> bool:
         got = signature(found)
@@ -638,14 +724,25 @@ def shrink(
             **document,
             "steps": [{k: v for k, v in s.items() if k != "holders"} for s in steps],
         }
-        result = replay(component, checker, candidate, target_cls, target, options=opts)
+        result = replay(
+            component, checker, candidate, target_cls, target, options=opts, reference=reference
+        )
         if result.passed or result.trace is None or not same(result.trace):
             return None
         if not own_property:
-            spec_run = replay(component, checker, candidate, checker.spec_cls, "spec", options=opts)
+            own = replay(
+                component,
+                checker,
+                candidate,
+                sanity_cls,
+                reference.label,
+                options=opts,
+                reference=reference,
+            )
             if (
-                spec_run.failure is not None
-                and spec_run.failure.check not in checker.spec_properties
+                own.failure is not None
+                and own.failure.check not in checker.spec_properties
+                and not (reference.kind == "baseline" and own.failure.check == want[2])
             ):
                 return None
         return result.trace

@@ -25,7 +25,7 @@ from spec.errors import OutOfBlocksError
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.prefix_cache import EMPTY_BLOCK_HASH, chain_hashes
 from spec.infinilm.snapshot import BlockManagerSnapshot, read_block_manager
-from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.checker import SPEC, CheckerDef, Example, Operation, Options, Reference
 from stateful_tests.fastpath import counts_hold, page_occurrences, state_holds
 from stateful_tests.lockstep import Chooser, Lockstep, Step, Verdicts
 
@@ -128,10 +128,20 @@ class Holder:
 class Driver:
     """The operation alphabet over one spec/target pair, with the ledger of live holders."""
 
-    def __init__(self, target_factory: Callable[[int, int], Any], config: Config) -> None:
+    def __init__(
+        self,
+        target_factory: Callable[[int, int], Any],
+        config: Config,
+        reference: Reference = SPEC,
+    ) -> None:
+        """``reference``: what the target is compared with (the spec unless it says otherwise:
+        a baseline class, or a second instance of the target for the invariants oracle)."""
         self.config = config
-        self.spec = SpecBlockManager(config.num_blocks, config.block_size)
+        spec_cls = reference.cls_for(SpecBlockManager, target_factory)
+        self.spec = spec_cls(config.num_blocks, config.block_size)
         self.target = target_factory(config.num_blocks, config.block_size)
+        # the reference's own counter is checked too where it is not kvspec's spec
+        self._counted = (self.target,) if reference.kind == "spec" else (self.target, self.spec)
         self.ls = Lockstep(
             self.spec,
             self.target,
@@ -141,7 +151,9 @@ class Driver:
             snapshot_checks=SNAPSHOT_CHECKS,
             verdicts=VERDICTS,
             state_holds=state_holds,
-            spec_reader=read_spec,
+            # (reading only what the spec's own code can change: for the spec alone)
+            spec_reader=read_spec if reference.kind == "spec" else None,
+            role=reference.role,
         )
         self.holders: list[Holder] = []
         self.released: list[list[int]] = []
@@ -219,7 +231,26 @@ class Driver:
         A verdict-preserving fast path first (:func:`counts_hold`); the predicates themselves
         run when it does not confirm, so a failure is always theirs, with their message."""
         snap = self.ls.after
-        usable = self.target.get_total_usable_blocks()
+        confirmed = True
+        for side in self._counted:
+            confirmed &= self._counted_holds(snap, side.get_total_usable_blocks(), tables)
+        if confirmed or not self.ledger_valid:
+            return
+        problem = inv.no_live_eviction(snap, tables)
+        if problem:
+            raise self.ls.fail("no_live_eviction", self.ls.both(problem))
+        if not tables:
+            self.coverage["path:quiescence_checked"] += 1
+            problem = inv.no_leak_at_quiescence(snap)
+            if problem:
+                raise self.ls.fail("no_leak_at_quiescence", self.ls.both(problem))
+
+    def _counted_holds(
+        self, snap: BlockManagerSnapshot, usable: int, tables: Sequence[Sequence[int]]
+    ) -> bool:
+        """``referenced_count_matches_live_pages`` for one side's usable counter: ``True`` where
+        the fast path confirms ``no_live_eviction`` with it, ``False`` where the predicate ran
+        (and held)."""
         if self.ledger_valid and tables:
             occurrences = (
                 self._occurrences
@@ -227,22 +258,13 @@ class Driver:
                 else page_occurrences(self.config.num_blocks, tables)
             )
             if occurrences is not None and counts_hold(snap, usable, occurrences):
-                return
+                return True
         problem = inv.referenced_count_matches_live_pages(
             snap, usable, tables if self.ledger_valid else None
         )
         if problem:
             raise self.ls.fail("referenced_count_matches_live_pages", problem)
-        if not self.ledger_valid:
-            return
-        problem = inv.no_live_eviction(snap, tables)
-        if problem:
-            raise self.ls.fail("no_live_eviction", problem)
-        if not tables:
-            self.coverage["path:quiescence_checked"] += 1
-            problem = inv.no_leak_at_quiescence(snap)
-            if problem:
-                raise self.ls.fail("no_leak_at_quiescence", problem)
+        return False
 
     def check_invariant(self, name: str) -> None:
         """One named invariant on the target's state now (the machine's ``@invariant``s)."""
@@ -617,7 +639,7 @@ def fuzz_config(c: Chooser, variant: str | None, options: Options) -> Config:
 
 CHECKER = CheckerDef(
     machine_name="BlockManagerLockstep",
-    driver=lambda target_cls, config, options: Driver(target_cls, config),
+    driver=lambda target_cls, config, options, reference: Driver(target_cls, config, reference),
     config_type=Config,
     machine_config=machine_config,
     fuzz_config=fuzz_config,

@@ -46,7 +46,7 @@ from spec.infinilm.snapshot import (
     read_scheduler,
     request_row,
 )
-from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.checker import SPEC, CheckerDef, Example, Operation, Options, Reference
 from stateful_tests.fastpath import counts_hold, page_occurrences, placement_holds, state_holds
 from stateful_tests.lockstep import Chooser, Lockstep, Verdicts
 from stateful_tests.sealed import sealed
@@ -523,13 +523,21 @@ class Driver:
         *,
         soundness: bool = False,
         request_module: str | None = None,
+        reference: Reference = SPEC,
     ) -> None:
         """``request_module``: where the target's ``InferenceRequest`` and ``RequestStatus`` live
-        (default: the target's own module, see :func:`request_types`)."""
+        (default: the target's own module, see :func:`request_types`); ``reference``: what the
+        target is compared with (a baseline's request types are its own module's)."""
         self.config = config
         self.soundness = soundness
-        self.spec_h = EngineHarness(SpecScheduler, config)
-        self.target_h = EngineHarness(target_cls, config, request_types(target_cls, request_module))
+        target_types = request_types(target_cls, request_module)
+        if reference.kind == "spec":
+            self.spec_h = EngineHarness(SpecScheduler, config)
+        elif reference.cls is None:  # the invariants oracle: a second instance of the target
+            self.spec_h = EngineHarness(target_cls, config, target_types)
+        else:
+            self.spec_h = EngineHarness(reference.cls, config, request_types(reference.cls))
+        self.target_h = EngineHarness(target_cls, config, target_types)
         self.reader = SealedReader()
         self.ls = Lockstep(
             self.spec_h,
@@ -539,6 +547,7 @@ class Driver:
             validate_first=lambda method, exc: False,
             verdicts=VERDICTS,
             state_holds=_bm_state_holds,
+            role=reference.role,
         )
         self.prompts: list[list[int]] = []
         self.next_id = 0
@@ -579,6 +588,8 @@ class Driver:
         problem = check_harness(self.target_h, soundness=self.soundness, snap=self.ls.target_after)
         if problem is None:
             problem = check_harness(self.spec_h, soundness=self.soundness, snap=self.ls.after)
+            if problem is not None and self.ls.role != "spec":
+                problem = (problem[0], f"{problem[1]} (on the {self.ls.role} side)")
         if problem is not None:
             raise self.ls.fail(*problem)
         self._paths(method, out)
@@ -735,11 +746,12 @@ def simplify_step(step: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 CHECKER = CheckerDef(
     machine_name="SchedulerLockstep",
-    driver=lambda target_cls, config, options: Driver(
+    driver=lambda target_cls, config, options, reference: Driver(
         target_cls,
         config,
         soundness=bool(options.get("soundness")),
         request_module=options.get("request_module"),
+        reference=reference,
     ),
     config_type=Config,
     machine_config=machine_config,

@@ -194,34 +194,35 @@ def invoke(obj: Any, method: str, args: Sequence[Any]) -> Outcome:
     return Outcome(returned, raised, lists)
 
 
-def compare_outcomes(spec_out: Outcome, target_out: Outcome) -> Check | None:
+def compare_outcomes(spec_out: Outcome, target_out: Outcome, role: str = "spec") -> Check | None:
     """The per-call comparison: exception kind, return value, in-place mutation of list
-    arguments (in that order; the first difference is the verdict)."""
+    arguments (in that order; the first difference is the verdict). ``role``: how the detail
+    names the reference side (spec, baseline, copy)."""
     s_exc, t_exc = spec_out.raised, target_out.raised
     if (s_exc is None) != (t_exc is None) or (
         s_exc is not None and t_exc is not None and not same_exception(s_exc, t_exc)
     ):
-        return "exception", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
+        return "exception", f"{role}: {spec_out.describe()}; target: {target_out.describe()}"
     # raw equality first (cheap); encode() only to forgive tuple-vs-list style differences
     if (
         s_exc is None
         and spec_out.returned != target_out.returned
         and encode(spec_out.returned) != encode(target_out.returned)
     ):
-        return "return_value", f"spec: {spec_out.describe()}; target: {target_out.describe()}"
+        return "return_value", f"{role}: {spec_out.describe()}; target: {target_out.describe()}"
     if spec_out.args_after != target_out.args_after and encode(spec_out.args_after) != encode(
         target_out.args_after
     ):
         return (
             "argument_mutation",
-            f"list arguments after the call: spec {spec_out.args_after} vs target "
+            f"list arguments after the call: {role} {spec_out.args_after} vs target "
             f"{target_out.args_after}",
         )
     return None
 
 
 def compare_snapshots(
-    spec_snap: Any, target_snap: Any, snapshot_checks: Mapping[str, str]
+    spec_snap: Any, target_snap: Any, snapshot_checks: Mapping[str, str], role: str = "spec"
 ) -> Check | None:
     """Equal snapshots, or the check named by the first differing field in ``snapshot_checks``
     (``snapshot`` otherwise) with every differing field in the detail."""
@@ -230,9 +231,25 @@ def compare_snapshots(
     fields = spec_snap.differing_fields(target_snap)
     check = next((snapshot_checks[f] for f in fields if f in snapshot_checks), "snapshot")
     diffs = "; ".join(
-        f"{f}: spec {getattr(spec_snap, f)!r} vs target {getattr(target_snap, f)!r}" for f in fields
+        f"{f}: {role} {getattr(spec_snap, f)!r} vs target {getattr(target_snap, f)!r}"
+        for f in fields
     )
     return check, diffs
+
+
+CRASHES = (TypeError, AttributeError, NameError, IndexError, ZeroDivisionError, RecursionError)
+"""Exceptions that are a program's own fault, never a rejection of its input: raised by a call of
+a well-formed operation, they are a ``crash`` even where nothing tells what the call should have
+done (the invariants oracle; a baseline that crashes alike)."""
+
+
+def crash_check(method: str, raised: BaseException | None, role: str) -> Check | None:
+    """``crash``: a well-formed call raised one of :data:`CRASHES` (``role``: the reference
+    side, named when it crashed the same way)."""
+    if raised is None or not isinstance(raised, CRASHES):
+        return None
+    alike = {"baseline": " (the baseline crashes alike)", "copy": ""}.get(role, "")
+    return "crash", f"{method} raised {type(raised).__name__}({raised}) on well-formed input{alike}"
 
 
 def atomic_failure_check(
@@ -275,7 +292,13 @@ class Lockstep:
     invariants are pure predicates of hashable snapshots. ``state_holds``: a verdict-preserving
     shortcut (``True`` only where every state invariant holds; the predicates run otherwise).
     ``spec_reader(spec, method, snapshot before)``: the spec's snapshot after ``method``, read
-    only where the spec's own code can have changed it (the target is always read in full)."""
+    only where the spec's own code can have changed it (the target is always read in full).
+
+    ``role``: what the reference side is — ``spec`` (the default), ``baseline`` (another
+    implementation: a state invariant that fails holds on its equal snapshot too, and says so;
+    a well-formed call that crashes is a ``crash`` even when both crash alike) or ``copy`` (a
+    second instance of the target, for the invariants oracle: any difference between the two is
+    ``deterministic``, and a crash is a ``crash``)."""
 
     def __init__(
         self,
@@ -289,7 +312,11 @@ class Lockstep:
         verdicts: Verdicts | None = None,
         state_holds: Callable[[Any], bool] | None = None,
         spec_reader: Callable[[Any, str, Any], Any] | None = None,
+        role: str = "spec",
     ) -> None:
+        if role not in ("spec", "baseline", "copy"):
+            raise ValueError(f"unknown lockstep role {role!r}")
+        self.role = role
         self.spec = spec
         self.target = target
         self.reader = reader
@@ -323,6 +350,16 @@ class Lockstep:
     def fail(self, check: str, detail: str) -> Divergence:
         return Divergence(check, detail, self.steps)
 
+    def differ(self, check: str, detail: str) -> Divergence:
+        """The divergence for a difference between the two sides: the copy of the target
+        differing from the target is the target's nondeterminism."""
+        if self.role == "copy":
+            return self.fail(
+                "deterministic",
+                f"two instances of the target given the same calls differ ({check}): {detail}",
+            )
+        return self.fail(check, detail)
+
     def _read_target(self, method: str) -> Any:
         """The target's snapshot after ``method``; a target that no longer reads (or hangs when
         read) diverged."""
@@ -343,9 +380,9 @@ class Lockstep:
             ) from exc
 
     def _compare_snapshots(self, target_snap: Any) -> None:
-        problem = compare_snapshots(self.after, target_snap, self.snapshot_checks)
+        problem = compare_snapshots(self.after, target_snap, self.snapshot_checks, self.role)
         if problem is not None:
-            raise self.fail(*problem)
+            raise self.differ(*problem)
 
     def call(self, method: str, *args: Any) -> Outcome:
         """Apply ``method(*args)`` to both sides; return the spec's outcome or raise Divergence."""
@@ -368,9 +405,13 @@ class Lockstep:
             or spec_out.returned != target_out.returned
             or spec_out.args_after != target_out.args_after
         ):  # (the common case, equal and no exception, without the call)
-            problem = compare_outcomes(spec_out, target_out)
+            problem = compare_outcomes(spec_out, target_out, self.role)
             if problem is not None:
-                raise self.fail(*problem)
+                raise self.differ(*problem)
+            if self.role != "spec" and not self.bad:
+                problem = crash_check(method, target_out.raised, self.role)
+                if problem is not None:
+                    raise self.fail(*problem)
         self.before = before = self.after
         spec_reader = self.spec_reader
         self.after = (
@@ -391,6 +432,13 @@ class Lockstep:
         self.check_state(target_snap)
         return spec_out
 
+    def both(self, violation: str) -> str:
+        """An invariant's message, saying that a baseline's equal state violates it too (the
+        bug is older than the target's change)."""
+        if self.role == "baseline":
+            return f"{violation} (the baseline too: its state is the same)"
+        return violation
+
     def check_state(self, snap: Any) -> None:
         """Every state invariant on ``snap``: skipped for a key known to pass them all, confirmed
         by ``state_holds`` where it can, run one by one otherwise (and always before a
@@ -403,7 +451,7 @@ class Lockstep:
             for name, predicate in self._predicates:
                 violation = predicate(snap)
                 if violation:
-                    raise self.fail(name, violation)
+                    raise self.fail(name, self.both(violation))
         if verdicts is not None:
             verdicts.add(key)
 
@@ -482,14 +530,17 @@ def trace_document(
     failure: Divergence | None,
     *,
     inputs: str = "all",
+    oracle: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The one replayable trace format (``kvspec replay`` reads it); ``inputs``: the alphabet the
-    trace was drawn from (``all``, or ``well-formed``: no bad-input operations)."""
+    trace was drawn from (``all``, or ``well-formed``: no bad-input operations); ``oracle``: what
+    the target was compared with (``{"kind", "label"}``; absent: the spec)."""
     return {
         "format": TRACE_FORMAT,
         "component": component,
         "target": target,
         "inputs": inputs,
+        **({"oracle": dict(oracle)} if oracle and oracle.get("kind") != "spec" else {}),
         "config": dict(config),
         "steps": [
             {

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.sglang.radix_cache import EVICTION_POLICIES, RadixCache, RadixSnapshot
-from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.checker import SPEC, CheckerDef, Example, Operation, Options, Reference
 from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step, Verdicts
 from stateful_tests.sglang_harness import Config, RadixHarness, read
 
@@ -72,18 +72,22 @@ def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
 class Driver:
     """The scheduler over a spec harness and a target harness."""
 
-    def __init__(self, target_cls: Callable[..., Any], config: Config) -> None:
+    def __init__(
+        self, target_cls: Callable[..., Any], config: Config, reference: Reference = SPEC
+    ) -> None:
+        """``reference``: what the target is compared with (the spec unless it says otherwise)."""
         self.config = config
-        self.spec_h = RadixHarness(RadixCache, config)
+        self.spec_h = RadixHarness(reference.cls_for(RadixCache, target_cls), config)
         self.target_h = RadixHarness(target_cls, config)
         self.ls = Lockstep(
             self.spec_h,
             self.target_h,
-            reader(target_cls),
+            reader(target_cls, type(self.spec_h.c)),
             state_invariants=STATE_INVARIANTS,
             validate_first=lambda method, exc: True,  # every rejected call changes nothing
             snapshot_checks=SNAPSHOT_CHECKS,
             verdicts=_verdicts(),
+            role=reference.role,
         )
         self.prompts: list[list[int]] = []
         self.next_id = 0
@@ -230,10 +234,11 @@ class Driver:
         self.call("free", [c.pick((0, top, top + ps, ps - 1))])
 
 
-def reader(target_cls: Any) -> Callable[[RadixHarness], RadixSnapshot]:
-    """``read``, with the node columns a target says it cannot expose (``kvspec_unobserved``,
-    e.g. the Rust tree core's time ranks) left out of both snapshots, spec's and target's."""
-    hidden = tuple(getattr(target_cls, "kvspec_unobserved", ()))
+def reader(*classes: Any) -> Callable[[RadixHarness], RadixSnapshot]:
+    """``read``, with the node columns that any of ``classes`` (the target's, a baseline's) says
+    it cannot expose (``kvspec_unobserved``, e.g. the Rust tree core's time ranks) left out of
+    both snapshots."""
+    hidden = tuple(sorted({c for cls in classes for c in getattr(cls, "kvspec_unobserved", ())}))
     if not hidden:
         return read
     blank: dict[str, Any] = dict.fromkeys(hidden, 0)
@@ -283,7 +288,7 @@ OPERATIONS: tuple[Operation, ...] = (
 
 CHECKER = CheckerDef(
     machine_name="RadixCacheLockstep",
-    driver=lambda target_cls, config, options: Driver(target_cls, config),
+    driver=lambda target_cls, config, options, reference: Driver(target_cls, config, reference),
     config_type=Config,
     machine_config=machine_config,
     fuzz_config=machine_config,

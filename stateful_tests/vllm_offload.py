@@ -44,7 +44,7 @@ from spec.vllm.offload_manager import (
     variant_keywords,
 )
 from spec.vllm.offload_manager import CPUOffloadingManager as SpecManager
-from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.checker import SPEC, CheckerDef, Example, Operation, Options, Reference
 from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step, Verdicts
 
 SNAPSHOT_CHECKS = {"free_list": "identical_eviction_order"}
@@ -270,9 +270,12 @@ def _allowed_changes(
 class Driver:
     """The manager alphabet over a spec harness and a target harness, in lockstep."""
 
-    def __init__(self, target_cls: Callable[..., Any], config: Config) -> None:
+    def __init__(
+        self, target_cls: Callable[..., Any], config: Config, reference: Reference = SPEC
+    ) -> None:
+        """``reference``: what the target is compared with (the spec unless it says otherwise)."""
         self.config = config
-        self.spec_h = ManagerHarness(SpecManager, config)
+        self.spec_h = ManagerHarness(reference.cls_for(SpecManager, target_cls), config)
         self.target_h = ManagerHarness(target_cls, config)
         checked = _checked_state(config.variant)
         self.ls = Lockstep(
@@ -283,12 +286,15 @@ class Driver:
             validate_first=lambda method, exc: True,  # every raising manager call validates first
             snapshot_checks=SNAPSHOT_CHECKS,
             verdicts=checked[1],
+            role=reference.role,
         )
         self.keys = list(range(config.num_keys))
         self.batches: list[list[int]] = []  # store batches seen (a request's keys, prefix first)
         self.evicted: list[int] = []  # keys evicted so far, most recent last
         self.coverage: Counter[str] = Counter()
-        self._counter_checked = hasattr(self.target_h.m, "_num_evictable_cache_blocks")
+        # the upstream-shaped sides that keep an evictable counter (a baseline's too)
+        sides = (self.target_h,) if reference.kind == "spec" else (self.target_h, self.spec_h)
+        self._counted = tuple(h for h in sides if hasattr(h.m, "_num_evictable_cache_blocks"))
         self._check_counter()
 
     # ------------------------------------------------------------ plumbing
@@ -326,12 +332,12 @@ class Driver:
         self.call(step["method"], *step["args"])
 
     def _check_counter(self) -> None:
-        if not self._counter_checked:
-            return
-        counter = self.target_h.m._num_evictable_cache_blocks
-        problem = inv.evictable_counter_matches_scan(self.ls.after, counter)
-        if problem:
-            raise self.ls.fail("evictable_counter_matches_scan", problem)
+        for h in self._counted:
+            counter = h.m._num_evictable_cache_blocks
+            problem = inv.evictable_counter_matches_scan(self.ls.after, counter)
+            if problem:
+                side = "" if h is self.target_h else f" (on the {self.ls.role} side)"
+                raise self.ls.fail("evictable_counter_matches_scan", problem + side)
 
     def _explain(
         self, exc: Divergence, method: str, args: Sequence[Any], before: OffloadManagerSnapshot
@@ -374,7 +380,7 @@ class Driver:
             checks.append(("identical_eviction_order", evicted))
         for name, predicate in state_invariants(self.config.variant).items():
             checks.append((name, predicate(target_snap)))
-        if self._counter_checked:
+        if self.target_h in self._counted:
             counter = getattr(self.target_h.m, "_num_evictable_cache_blocks", None)
             if isinstance(counter, int):
                 checks.append(
@@ -674,7 +680,7 @@ def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
 
 CHECKER = CheckerDef(
     machine_name="OffloadManagerLockstep",
-    driver=lambda target_cls, config, options: Driver(target_cls, config),
+    driver=lambda target_cls, config, options, reference: Driver(target_cls, config, reference),
     config_type=Config,
     machine_config=machine_config,
     fuzz_config=machine_config,

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from spec import invariants as inv
 from spec.vllm.kv_cache_manager import VARIANTS, KVCacheManager, PrefixCacheSnapshot, RequestStatus
-from stateful_tests.checker import CheckerDef, Example, Operation, Options
+from stateful_tests.checker import SPEC, CheckerDef, Example, Operation, Options, Reference
 from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step, Verdicts
 from stateful_tests.vllm_prefix_harness import Config, PrefixCacheHarness, read
 
@@ -92,9 +92,12 @@ def prefixes(h: PrefixCacheHarness, rids: Iterable[str] | None = None) -> dict[s
 class Driver:
     """The scheduler over a spec harness and a target harness, with the ledger of deferred frees."""
 
-    def __init__(self, target_cls: Callable[..., Any], config: Config) -> None:
+    def __init__(
+        self, target_cls: Callable[..., Any], config: Config, reference: Reference = SPEC
+    ) -> None:
+        """``reference``: what the target is compared with (the spec unless it says otherwise)."""
         self.config = config
-        self.spec_h = PrefixCacheHarness(KVCacheManager, config)
+        self.spec_h = PrefixCacheHarness(reference.cls_for(KVCacheManager, target_cls), config)
         self.target_h = PrefixCacheHarness(target_cls, config)
         self.ls = Lockstep(
             self.spec_h,
@@ -104,6 +107,7 @@ class Driver:
             validate_first=lambda method, exc: True,  # every raising call changes nothing
             snapshot_checks=SNAPSHOT_CHECKS,
             verdicts=_verdicts(),
+            role=reference.role,
         )
         self.features = config.features()
         self.deferred: list[list[int]] = []  # popped, not yet freed (allocation order)
@@ -519,7 +523,7 @@ def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
 
 CHECKER = CheckerDef(
     machine_name="PrefixCacheLockstep",
-    driver=lambda target_cls, config, options: Driver(target_cls, config),
+    driver=lambda target_cls, config, options, reference: Driver(target_cls, config, reference),
     config_type=Config,
     machine_config=machine_config,
     fuzz_config=machine_config,

@@ -22,7 +22,7 @@ from kvspec import components
 from kvspec.cli import main
 from kvspec.components import Component, ExplorerPlan, VerifyPlan
 from proofs.explorer import Edge, Model, rejected
-from stateful_tests.checker import CheckerDef, Mutant, Operation, Options
+from stateful_tests.checker import SPEC, CheckerDef, Mutant, Operation, Options, Reference
 from stateful_tests.lockstep import Chooser, Lockstep, Step
 
 NAME = "toy-id-pool"
@@ -139,15 +139,18 @@ class ToyConfig:
 class ToyDriver:
     """The operation alphabet over one spec/target pair."""
 
-    def __init__(self, target_cls: Callable[..., Any], config: ToyConfig) -> None:
+    def __init__(
+        self, target_cls: Callable[..., Any], config: ToyConfig, reference: Reference = SPEC
+    ) -> None:
         self.config = config
         self.target = target_cls(config.size)
         self.ls = Lockstep(
-            SpecIdPool(config.size),
+            reference.cls_for(SpecIdPool, target_cls)(config.size),
             self.target,
             lambda pool: pool.snapshot(),
             state_invariants={"ids_partition_pool": ids_partition_pool},
             validate_first=lambda method, exc: True,
+            role=reference.role,
         )
         self.coverage: Counter[str] = Counter()
 
@@ -180,7 +183,7 @@ def _config(c: Chooser, variant: str | None, options: Options) -> ToyConfig:
 
 TOY_CHECKER = CheckerDef(
     machine_name="ToyLockstep",
-    driver=lambda target_cls, config, options: ToyDriver(target_cls, config),
+    driver=lambda target_cls, config, options, reference: ToyDriver(target_cls, config, reference),
     config_type=ToyConfig,
     machine_config=_config,
     fuzz_config=_config,

@@ -453,7 +453,7 @@ def test_t1_fallback_only_ever_turns_a_failed_store_into_a_success() -> None:
                 seen["changed"] += 1
             return out
 
-    shadowed = replace(vllm_offload.CHECKER, driver=lambda t, c, o: ShadowDriver(t, c))
+    shadowed = replace(vllm_offload.CHECKER, driver=lambda t, c, o, r: ShadowDriver(t, c))
     result = checker.fuzz(
         "vllm-arc",
         shadowed,
