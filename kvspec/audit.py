@@ -29,7 +29,6 @@ from rich.table import Table
 from kvspec import components
 from kvspec.components import Component
 from kvspec.output import OUT, TRACE_DIR, UsageError, emit, progress, trace_path
-from kvspec.targets import load_target
 from stateful_tests.checker import CALL_TIMEOUT, signature
 from stateful_tests.lockstep import save_trace
 
@@ -104,6 +103,7 @@ class Audit:
     seconds: float = 0.0
     calls: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
+    reference: Any = None  # what the target is compared with (None: the spec)
 
     def by_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings.values() if f.kind == kind]
@@ -113,6 +113,10 @@ class Audit:
             "component": self.component,
             "target": self.target,
             "variant": self.variant,
+            "oracle": "spec" if self.reference is None else self.reference.kind,
+            "baseline": getattr(self.reference, "label", None)
+            if getattr(self.reference, "kind", None) == "baseline"
+            else None,
             "seconds": round(self.seconds, 2),
             "calls": self.calls,
             "conformance": [f.to_json() for f in self.by_kind("conformance")],
@@ -132,10 +136,12 @@ def run_audit(
     shrink_seconds: float = 5.0,
     report: Callable[[int], None] | None = None,
     save: bool = True,
+    reference: Any = None,
 ) -> Audit:
     """Spend ``budget`` seconds, half on the conformance phase and half on the robustness phase
     (shared among the bad-input operations), one seed per chunk of fuzzed calls."""
     audit = Audit(comp.name, label, variant)
+    audit.reference = reference
     table = comp.checker_def.operations
     legal = [op.name for op in table if not op.bad]
     phases: list[tuple[str, list[str]]] = [("conformance", legal)]
@@ -147,7 +153,16 @@ def run_audit(
     for (kind, rows), share in zip(phases, shares, strict=True):
         phase_end = time.perf_counter() + share
         while time.perf_counter() < phase_end:
-            r = comp.fuzz(cls, label, CHUNK, next_seed, variant=variant, rows=rows, timeout=timeout)
+            r = comp.fuzz(
+                cls,
+                label,
+                CHUNK,
+                next_seed,
+                variant=variant,
+                rows=rows,
+                timeout=timeout,
+                reference=reference,
+            )
             next_seed += 1
             audit.calls += r.steps
             if report is not None:
@@ -174,7 +189,14 @@ def _record(
     if key in audit.findings:
         audit.findings[key].count += 1
         return
-    short = comp.shrink(trace, cls, label, budget_seconds=shrink_seconds, same_operation=True)
+    short = comp.shrink(
+        trace,
+        cls,
+        label,
+        budget_seconds=shrink_seconds,
+        same_operation=True,
+        reference=audit.reference,
+    )
     path = None
     if save:
         stem = trace_path(TRACE_DIR, f"audit-{comp.name}-{operation}-{check}")
@@ -202,6 +224,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("component", help=f"one of {', '.join(components.names())}")
     p.add_argument("--target", required=True, help="spec, mutant:NAME, MOD:CLASS or FILE.py:CLASS")
     p.add_argument("--variant", help=components.describe_variants())
+    from kvspec.cli import oracle_options
+
+    oracle_options(p)
     p.add_argument("--budget", type=float, default=60.0, help="seconds of fuzzing (default 60)")
     p.add_argument("--seed", type=int, default=0, help="the first seed")
     p.add_argument(
@@ -224,9 +249,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     variant = comp.check_variant(args.variant)
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, got {args.budget}")
-    label, cls = load_target(comp.name, args.target)
-    variant = comp.target_variant(variant, cls)
-    with progress(f"audit {comp.name} vs {label}", None, not args.json) as update:
+    from kvspec.cli import _setup, against
+
+    label, cls, reference, variant = _setup(args, comp, variant)
+    with progress(
+        f"audit {comp.name} {label} vs {against(reference)}", None, not args.json
+    ) as update:
         audit = run_audit(
             comp,
             cls,
@@ -236,6 +264,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             seed=args.seed,
             timeout=args.call_timeout,
             report=update,
+            reference=reference,
         )
     emit(audit.to_json(), args.json)
     if not args.json:

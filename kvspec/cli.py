@@ -33,7 +33,7 @@ from kvspec.output import (
     progress,
     trace_path,
 )
-from kvspec.targets import TargetError, load_target
+from kvspec.targets import TargetError, load_reference, load_target, resolve_variant
 from stateful_tests.lockstep import TargetMisfit
 from stateful_tests.profiles import shrink_budget
 
@@ -44,6 +44,33 @@ def _component(args: argparse.Namespace) -> tuple[Component, str | None, Mapping
     comp = components.get(args.component)
     variant = comp.check_variant(getattr(args, "variant", None))
     return comp, variant, components.options_of(comp, vars(args))
+
+
+def _setup(
+    args: argparse.Namespace, comp: Component, variant: str | None
+) -> tuple[str, Any, Any, str | None]:
+    """(target label, target class, reference, variant) of a check, fuzz, explore or audit run:
+    ``--target``, then ``--oracle`` / ``--baseline``, then the variant (an unknown engine version
+    is refused against the spec, noted otherwise)."""
+    label, cls = load_target(comp.name, args.target)
+    reference = load_reference(comp.name, args.oracle, args.baseline, label)
+    note = None if args.json else (lambda text: ERR.print(escape(text)))
+    return label, cls, reference, resolve_variant(comp, variant, cls, reference, note)
+
+
+def against(reference: Any) -> str:
+    """How a verdict line names what the target was compared with."""
+    return {"spec": "spec", "baseline": f"baseline {reference.label}"}.get(
+        reference.kind, "its invariants"
+    )
+
+
+def oracle_fields(reference: Any) -> dict[str, Any]:
+    """The JSON fields saying what the target was compared with."""
+    return {
+        "oracle": reference.kind,
+        "baseline": reference.label if reference.kind == "baseline" else None,
+    }
 
 
 def _save_trace(trace: dict[str, Any], component: str, target: str) -> Path:
@@ -59,6 +86,7 @@ def _counterexample(
     shrink_seconds: float = 0.0,
     save: bool = True,
     options: Mapping[str, Any] | None = None,
+    reference: Any = None,
 ) -> dict[str, Any] | None:
     """The failing trace, delta-debugged for ``shrink_seconds`` when a target class is given."""
     if result.failure is None:
@@ -66,7 +94,12 @@ def _counterexample(
     trace = result.trace
     if trace is not None and cls is not None and shrink_seconds > 0:
         trace = comp.shrink(
-            trace, cls, result.target, budget_seconds=shrink_seconds, **(options or {})
+            trace,
+            cls,
+            result.target,
+            budget_seconds=shrink_seconds,
+            reference=reference,
+            **(options or {}),
         )
     path = _save_trace(trace, comp.name, result.target) if trace and save else None
     failure = (trace or {}).get("failure") or {}
@@ -94,15 +127,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     comp, variant, options = _component(args)
     component = comp.name
-    label, cls = load_target(component, args.target)
-    variant = comp.target_variant(variant, cls)
+    label, cls, reference, variant = _setup(args, comp, variant)
     try:
         settings = profiles.get(args.profile)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not args.json:
         ERR.print(
-            f"checking {component} against target {label} (hypothesis profile {args.profile})"
+            f"checking {component}: target {escape(label)} against {escape(against(reference))} "
+            f"(hypothesis profile {args.profile})"
         )
     with shrink_budget(args.shrink_seconds):
         result = comp.check(
@@ -112,12 +145,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             variant=variant,
             inputs=args.inputs,
             timeout=args.call_timeout,
+            reference=reference,
             **options,
         )
-    cx = _counterexample(result, comp, cls, 10.0, options=options)
+    cx = _counterexample(result, comp, cls, 10.0, options=options, reference=reference)
     document = {
         "component": component,
         "target": label,
+        **oracle_fields(reference),
         "variant": variant,
         "inputs": args.inputs,
         "examples": result.examples,
@@ -132,7 +167,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print_details(args, result.coverage, cx)
         verdict = "[green]passed[/]" if result.passed else "[red]FAILED[/]"
         OUT.print(
-            f"{component} vs {label}: {verdict} — {result.examples:,} programs, "
+            f"{component} {escape(label)} vs {escape(against(reference))}: {verdict} — "
+            f"{result.examples:,} programs, "
             f"{result.steps:,} lockstep calls, {result.seconds:.1f}s"
         )
     return 0 if result.passed else 1
@@ -143,8 +179,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     component = comp.name
     if args.ops <= 0:
         raise UsageError(f"--ops must be positive, got {args.ops}")
-    label, cls = load_target(component, args.target)
-    variant = comp.target_variant(variant, cls)
+    label, cls, reference, variant = _setup(args, comp, variant)
     _ = comp.checker_def  # (its modules imported before the CPU clock starts)
     cpu_started = time.process_time()
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
@@ -157,13 +192,16 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             progress=update,
             inputs=args.inputs,
             timeout=args.call_timeout,
+            reference=reference,
             **options,
         )
     cpu_seconds = time.process_time() - cpu_started
-    cx = _counterexample(result, comp, cls, 0.0 if args.no_shrink else 10.0, options=options)
+    shrink = 0.0 if args.no_shrink else 10.0
+    cx = _counterexample(result, comp, cls, shrink, options=options, reference=reference)
     document = {
         "component": component,
         "target": label,
+        **oracle_fields(reference),
         "variant": variant,
         "inputs": args.inputs,
         "ops": result.steps,
@@ -183,7 +221,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if not args.json:
         print_details(args, result.coverage, cx)
         OUT.print(
-            f"fuzz {component} vs {label}: {result.steps:,} ops in {result.seconds:.1f}s "
+            f"fuzz {component} {escape(label)} vs {escape(against(reference))}: "
+            f"{result.steps:,} ops in {result.seconds:.1f}s "
             f"({document['ops_per_second'] or 0:,} ops/s), seed {args.seed}: "
             + ("[green]no divergence[/]" if result.passed else "[red]DIVERGENCE[/]")
         )
@@ -201,13 +240,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
     component = comp.name
     options = components.options_of(comp, vars(args))
     label, cls = load_target(component, args.target or document["target"])
+    oracle = document.get("oracle") or {}
+    kind = args.oracle or (None if args.baseline else oracle.get("kind"))
+    baseline = args.baseline or (oracle.get("label") if kind == "baseline" else None)
+    reference = load_reference(component, kind, baseline, label)
     result = comp.replay(
-        document, cls, label, inputs=args.inputs, timeout=args.call_timeout, **options
+        document,
+        cls,
+        label,
+        inputs=args.inputs,
+        timeout=args.call_timeout,
+        reference=reference,
+        **options,
     )
     cx = _counterexample(result, comp, save=False)
     out = {
         "component": component,
         "target": label,
+        **oracle_fields(reference),
         "inputs": args.inputs or document.get("inputs", "all"),
         "examples": 1,
         "steps": result.steps,
@@ -219,7 +269,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if cx:
             print_counterexample(cx)
         OUT.print(
-            f"replay of {args.trace} on {label}: "
+            f"replay of {args.trace} on {escape(label)} vs {escape(against(reference))}: "
             + ("[green]all steps agree[/]" if result.passed else "[red]diverges[/]")
         )
     return 0 if result.passed else 1
@@ -410,6 +460,26 @@ def _flags(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument(f"--{name.replace('_', '-')}", metavar="VALUE", help=f"{owners}: {text}")
 
 
+def oracle_options(p: argparse.ArgumentParser, replay: bool = False) -> None:
+    """``--baseline TARGET`` and ``--oracle spec|baseline|invariants``."""
+    from stateful_tests.checker import ORACLES
+
+    p.add_argument(
+        "--baseline",
+        metavar="TARGET",
+        help="compare with this target instead of the spec (any --target form: the previous "
+        "revision, another release, ENGINE@git:REPO@REV); implies --oracle baseline"
+        + ("; default: the trace's own" if replay else ""),
+    )
+    p.add_argument(
+        "--oracle",
+        choices=ORACLES,
+        help="spec: equal to the spec (default); baseline: equal to --baseline; invariants: only "
+        "the component's invariants, for code no variant models"
+        + ("; default: the trace's own" if replay else ""),
+    )
+
+
 def _inputs(p: argparse.ArgumentParser, default: str | None) -> None:
     """``--inputs well-formed|all``: the alphabet (``None``: the trace's own), and the per-call
     watchdog ``--call-timeout``."""
@@ -442,7 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     names = ", ".join(components.names())
-    target_help = "impl (default), spec, mutant:NAME, MOD:CLASS or FILE.py:CLASS"
+    target_help = (
+        "impl (default), spec, mutant:NAME, MOD:CLASS, FILE.py:CLASS, an engine name (vllm, "
+        "sglang, infinilm), ENGINE@SOURCE or a bare SOURCE: git:REPO[@REV], a wheel, a tree"
+    )
     variants = components.describe_variants()
 
     p = sub.add_parser("verify", help="run every stage on embedded defaults")
@@ -462,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help=target_help)
     p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
     p.add_argument("--variant", help=f"{variants} (default: drawn per run)")
+    oracle_options(p)
     _inputs(p, "all")
     _flags(p, "")
     p.add_argument(
@@ -481,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-shrink", action="store_true", help="keep the raw failing episode")
     p.add_argument("--variant", help=f"{variants} (default: drawn per episode)")
+    oracle_options(p)
     _inputs(p, "all")
     _flags(p, "")
     p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
@@ -490,6 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="re-run a saved counterexample trace")
     p.add_argument("trace", help="a trace file written by check or fuzz")
     p.add_argument("--target", help="override the trace's target")
+    oracle_options(p, replay=True)
     _inputs(p, None)
     _flags(p, "re-check: ")
     p.add_argument("--json", action="store_true")

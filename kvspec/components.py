@@ -123,6 +123,14 @@ class Component:
     def equivalent(self) -> tuple[Mutant, ...]:
         return tuple(replace(m, component=self.name) for m in resolve(self.equivalent_mutants))
 
+    @property
+    def engine(self) -> str | None:
+        """The engine whose code this component models (``vllm``, ``sglang``, ``infinilm``): the
+        engine of a bare source (``git:REPO@REV``, a wheel, a tree) given as ``--target``."""
+        from kvspec.trees import ENGINES
+
+        return next((name for name in self.targets if name in ENGINES), None)
+
     def builtin_targets(self) -> dict[str, str]:
         """Short target names -> ``"module:Class"``: ``impl``, ``spec`` and the extra ones."""
         return {"impl": self.impl, "spec": self.spec, **self.targets}
@@ -395,6 +403,7 @@ _BUILTIN: tuple[Component, ...] = (
         impl="impl.infinilm.block_manager:BlockManager",
         required_api=_INFINILM_BM_API,
         checker="stateful_tests.infinilm_block_manager:CHECKER",
+        targets={"infinilm": "infinilm.llm.cache_manager:BlockManager"},
         mutants="stateful_tests.mutants_infinilm:BLOCK_MANAGER_MUTANTS",
         explorer=ExplorerPlan(
             "proofs.explorer:BlockManagerModel",
@@ -422,6 +431,7 @@ _BUILTIN: tuple[Component, ...] = (
             "request_module": "the module holding the target's InferenceRequest and "
             "RequestStatus (default: the target's own module)"
         },
+        targets={"infinilm": "infinilm.llm.scheduler:Scheduler"},
         mutants="stateful_tests.mutants_infinilm:SCHEDULER_MUTANTS",
         explorer=ExplorerPlan(
             "proofs.explorer:SchedulerModel",

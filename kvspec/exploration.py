@@ -69,11 +69,18 @@ def add_parser(subparsers: Any) -> None:
         "counterexample",
     )
     p.add_argument("component", help=f"one of {', '.join(explorable)}")
-    p.add_argument("--target", help="impl (default), spec, mutant:NAME, MOD:CLASS or FILE.py:CLASS")
+    p.add_argument(
+        "--target",
+        help="impl (default), spec, mutant:NAME, MOD:CLASS, FILE.py:CLASS, an engine name, "
+        "ENGINE@SOURCE or a bare SOURCE (git:REPO[@REV], a wheel, a tree)",
+    )
     p.add_argument(
         "--variant",
         help=f"{components.describe_variants()} (default: every variant, one search each)",
     )
+    from kvspec.cli import oracle_options
+
+    oracle_options(p)
     p.add_argument("--depth", type=int, help="stop after N calls (default: until complete)")
     p.add_argument(
         "--max-states",
@@ -166,9 +173,11 @@ def explore_component(
     workers: int = 1,
     memo: bool = True,
     backend: Callable[[], Any] | None = None,
+    reference: Any = None,
 ) -> Any:
     """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given);
-    ``backend``: a factory of the workers' backend (default: forked local processes)."""
+    ``backend``: a factory of the workers' backend (default: forked local processes);
+    ``reference``: what the target is compared with (default: the spec)."""
     from proofs import explorer
 
     if comp.explorer is None:
@@ -191,6 +200,7 @@ def explore_component(
         workers=workers,
         memo=memo,
         backend=backend,
+        reference=reference,
     )
 
 
@@ -226,8 +236,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
             explorer.make_bounds(bounds_cls, v, overrides, component=comp.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    label, cls = load_target(comp.name, args.target)
-    own = comp.target_variant(variant, cls)
+    from kvspec.cli import _setup
+
+    label, cls, reference, own = _setup(args, comp, variant)
     if own is not None:
         chosen = [own]  # the variant named, or the one the target implements
     elif not variant:
@@ -258,12 +269,20 @@ def cmd_explore(args: argparse.Namespace) -> int:
                 workers=args.workers,
                 memo=args.memo,
                 backend=backend,
+                reference=reference,
             )
     except explorer.ExplorerUnsupported as exc:
         raise UsageError(str(exc)) from None
     finally:
         shutdown()
-    document = {**result.to_json(), "inputs": args.inputs, "address": args.address}
+    from kvspec.cli import oracle_fields
+
+    document = {
+        **result.to_json(),
+        **oracle_fields(reference),
+        "inputs": args.inputs,
+        "address": args.address,
+    }
     if args.plot:
         from kvspec import plots
 

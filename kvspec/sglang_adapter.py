@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvspec.targets import TargetError
+from kvspec.trees import PROCESS, Namespace
 
 SUPPORTED = ("0.5.",)
 
@@ -62,9 +63,9 @@ class LogicalClock:
         return self  # shared by clones: later stamps stay later than every earlier one
 
 
-def installed_version() -> str:
+def installed_version(ns: Namespace = PROCESS) -> str:
     try:
-        return importlib.metadata.version("sglang")
+        return ns.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         raise TargetError(
             "--target sglang needs SGLang importable (or a CPU tree from "
@@ -72,9 +73,9 @@ def installed_version() -> str:
         ) from None
 
 
-def _import(name: str) -> Any:
+def _import(name: str, ns: Namespace = PROCESS) -> Any:
     try:
-        return importlib.import_module(name)
+        return ns.import_module(name)
     except Exception as exc:  # not installed, or a failure deeper in SGLang's import chain
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise TargetError(f"--target sglang needs an importable {name} ({reason})") from exc
@@ -85,31 +86,31 @@ def listed(out: Any) -> list[int] | None:
     return None if out is None else [int(x) for x in out.tolist()]
 
 
-_BUILT: dict[str, type] = {}
+_BUILT: dict[tuple[Namespace, str], type] = {}
 
 
-def adapter_class() -> type:
-    """``SglangRadixCache`` over the installed release (built once per process)."""
-    if "radix" not in _BUILT:
-        _BUILT["radix"] = _build_radix_adapter()
-    return _BUILT["radix"]
+def adapter_class(ns: Namespace = PROCESS) -> type:
+    """``SglangRadixCache`` over the release in ``ns`` (built once per namespace)."""
+    if (ns, "radix") not in _BUILT:
+        _BUILT[ns, "radix"] = _build_radix_adapter(ns)
+    return _BUILT[ns, "radix"]
 
 
-def unified_adapter_class(backend: str) -> type:
+def unified_adapter_class(backend: str, ns: Namespace = PROCESS) -> type:
     """The ``UnifiedRadixCache`` adapter with tree core ``backend`` (``python`` or ``rust``)."""
-    if backend not in _BUILT:
-        _BUILT[backend] = _build_unified_adapter(adapter_class(), backend)
-    return _BUILT[backend]
+    if (ns, backend) not in _BUILT:
+        _BUILT[ns, backend] = _build_unified_adapter(adapter_class(ns), backend, ns)
+    return _BUILT[ns, backend]
 
 
-def _build_radix_adapter() -> type:
-    version = installed_version()
+def _build_radix_adapter(ns: Namespace) -> type:
+    version = installed_version(ns)
     if not version.startswith(SUPPORTED):
         raise TargetError(f"SGLang {version} is not supported by --target sglang (0.5.x is)")
-    radix = _import("sglang.srt.mem_cache.radix_cache")
-    base = _import("sglang.srt.mem_cache.base_prefix_cache")
-    params_mod = _import("sglang.srt.mem_cache.cache_init_params")
-    alloc_mod = _import("sglang.srt.mem_cache.allocator")
+    radix = _import("sglang.srt.mem_cache.radix_cache", ns)
+    base = _import("sglang.srt.mem_cache.base_prefix_cache", ns)
+    params_mod = _import("sglang.srt.mem_cache.cache_init_params", ns)
+    alloc_mod = _import("sglang.srt.mem_cache.allocator", ns)
     torch = importlib.import_module("torch")
     clock = LogicalClock()
     radix.time = clock  # the module reads time.monotonic() at call time
@@ -310,11 +311,11 @@ def _build_radix_adapter() -> type:
     return SglangRadixCache
 
 
-def _build_unified_adapter(radix_adapter: Any, backend: str) -> type:
-    unified = _import("sglang.srt.mem_cache.unified_radix_cache")
-    component_type = _import("sglang.srt.mem_cache.unified_cache.component_type")
+def _build_unified_adapter(radix_adapter: Any, backend: str, ns: Namespace) -> type:
+    unified = _import("sglang.srt.mem_cache.unified_radix_cache", ns)
+    component_type = _import("sglang.srt.mem_cache.unified_cache.component_type", ns)
     if backend == "rust":
-        _import("sglang.srt.mem_cache.rust_tree_core.extension")  # the .so, or a TargetError
+        _import("sglang.srt.mem_cache.rust_tree_core.extension", ns)  # the .so, or a TargetError
     full = component_type.ComponentType.FULL
 
     class NodeView:
@@ -640,11 +641,18 @@ def _rust_adapter(unified_adapter: Any, full: Any) -> type:
     return SglangUnifiedRustRadixCache
 
 
-_NAMES: dict[str, Callable[[], type]] = {
+_NAMES: dict[str, Callable[[Namespace], type]] = {
     "SglangRadixCache": adapter_class,
-    "SglangUnifiedRadixCache": lambda: unified_adapter_class("python"),
-    "SglangUnifiedRustRadixCache": lambda: unified_adapter_class("rust"),
+    "SglangUnifiedRadixCache": lambda ns: unified_adapter_class("python", ns),
+    "SglangUnifiedRustRadixCache": lambda ns: unified_adapter_class("rust", ns),
 }
+
+
+def target_class(name: str, ns: Namespace) -> type:
+    """The adapter ``name`` over the SGLang of namespace ``ns`` (``sglang@SOURCE``)."""
+    if name not in _NAMES:
+        raise TargetError(f"{__name__} has no target {name!r}")
+    return _NAMES[name](ns)
 
 
 def __getattr__(name: str) -> Any:
@@ -652,5 +660,5 @@ def __getattr__(name: str) -> Any:
     unified ones import SGLang only when asked for, raising ``TargetError`` — not
     ``AttributeError`` — when it cannot."""
     if name in _NAMES:
-        return _NAMES[name]()
+        return _NAMES[name](PROCESS)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,10 @@ constructor, arguments, results and attribute names of
 
 The installed release decides the behaviour: :data:`VllmCPUOffloadingManager` carries
 ``kvspec_variant`` (``rX.Y``, read from the installed version), which ``kvspec`` uses unless
-``--variant`` names another; a release outside 0.28–0.33 is a one-line ``TargetError`` (exit 2).
+``--variant`` names another. A release no variant models (outside 0.28–0.33, or an unreleased
+revision from ``git:``) gets ``kvspec_variant = None`` and ``kvspec_unknown``, a one-line message
+naming the nearest modelled variant (``kvspec_nearest``): against the spec the CLI refuses it
+(exit 2) unless ``--variant`` names one; ``--baseline`` and ``--oracle invariants`` run it.
 The variant keywords kvspec passes (``arc_t1_fallback``, ``lru``, the release features) are
 accepted and ignored: a mismatch between the named variant and the release shows as a divergence.
 
@@ -37,12 +40,14 @@ import importlib
 import importlib.metadata
 import inspect
 import itertools
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from kvspec.targets import TargetError
+from kvspec.trees import PROCESS, Namespace
 from spec.vllm import Key
 from spec.vllm.offload_manager import (
     CPULoadStoreSpec,
@@ -58,10 +63,10 @@ CONTEXT_MODULE = "vllm.v1.kv_offload.base"
 _GROUP = (0).to_bytes(4, "big")
 
 
-def load_upstream() -> type:
+def load_upstream(ns: Namespace = PROCESS) -> type:
     """vLLM's ``CPUOffloadingManager`` class; ``TargetError`` with a one-line reason otherwise."""
     try:
-        module = importlib.import_module(UPSTREAM_MODULE)
+        module = ns.import_module(UPSTREAM_MODULE)
     except Exception as exc:  # not installed, or a failure deeper in vLLM's import chain
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise TargetError(
@@ -73,28 +78,51 @@ def load_upstream() -> type:
     return cls
 
 
-def installed_version() -> str:
+def installed_version(ns: Namespace = PROCESS) -> str:
     """The installed vLLM's version: its distribution metadata (imports nothing), else
     ``vllm._version.version`` (a source checkout or a copied package)."""
     try:
-        return importlib.metadata.version("vllm")
+        return ns.version("vllm")
     except importlib.metadata.PackageNotFoundError:
         pass
     try:
-        return str(importlib.import_module("vllm._version").version)
+        return str(ns.import_module("vllm._version").version)
     except Exception as exc:
         raise TargetError(f"cannot tell the installed vLLM's version ({exc})") from exc
 
 
-def release_variant(version: str) -> str:
-    """``"0.31.2"`` -> ``"r0.31"``; ``TargetError`` naming the supported releases otherwise."""
+def release_variant(version: str) -> str | None:
+    """``"0.31.2"`` -> ``"r0.31"``; ``None`` for a version no variant models (another release,
+    or an unreleased revision such as ``0.33.0+12.gabc`` from ``git:``)."""
+    if UNRELEASED.search(version):
+        return None
     release = ".".join(version.split("+")[0].split(".")[:2])
-    if release not in RELEASES:
-        supported = ", ".join(f"{r}.x" for r in RELEASES)
-        raise TargetError(
-            f"vLLM {version} is not supported by --target vllm (supported: {supported})"
-        )
-    return f"r{release}"
+    return f"r{release}" if release in RELEASES else None
+
+
+UNRELEASED = re.compile(r"\+\d+\.g[0-9a-f]+$")  # kvspec.trees.git_version past a release tag
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in release.split(".") if p.isdigit())
+
+
+def nearest_variant(version: str) -> str:
+    """The modelled release closest below ``version`` (the oldest if it is older than all)."""
+    wanted = _release_key(".".join(version.split("+")[0].split(".")[:2]))
+    below = [r for r in RELEASES if _release_key(r) <= wanted]
+    return f"r{(below or list(RELEASES))[-1 if below else 0]}"
+
+
+def unknown_message(version: str) -> str | None:
+    """``None`` for a modelled release, else the one line the CLI prints."""
+    if release_variant(version) is not None:
+        return None
+    modelled = f"{next(iter(RELEASES))}–{list(RELEASES)[-1]}"
+    return (
+        f"vLLM {version} is not a release kvspec's spec models (modelled: {modelled}); "
+        f"nearest modelled variant {nearest_variant(version)}"
+    )
 
 
 # ----------------------------------------------------------------------------- keys
@@ -174,19 +202,24 @@ def _takes_context(method: Callable[..., Any]) -> bool:
         return False
 
 
-def _context_factory() -> Callable[[], Any]:
+def _context_factory(ns: Namespace = PROCESS) -> Callable[[], Any]:
     """Fresh upstream request contexts (``None`` where the release has no ``ReqContext``)."""
     try:
-        context = importlib.import_module(CONTEXT_MODULE).ReqContext
+        context = ns.import_module(CONTEXT_MODULE).ReqContext
     except (ImportError, AttributeError):
         return lambda: None
     counter = itertools.count()
     return lambda: context(req_id=f"kvspec-{next(counter)}")
 
 
-def adapter_class(upstream: type, variant: str | None = None) -> type:
+def adapter_class(
+    upstream: type,
+    variant: str | None = None,
+    ns: Namespace = PROCESS,
+    version: str | None = None,
+) -> type:
     """A kvspec-API class over the upstream manager class ``upstream``; ``variant`` is the
-    kvspec variant of the installed release."""
+    kvspec variant of the release (``None``: no variant models ``version``)."""
     with_context = {
         name: _takes_context(getattr(upstream, name))
         for name in (
@@ -199,12 +232,15 @@ def adapter_class(upstream: type, variant: str | None = None) -> type:
         )
     }
     accepted = set(list(inspect.signature(upstream).parameters)[1:])  # the first is the count
-    new_context = _context_factory()
+    new_context = _context_factory(ns)
 
     class VllmCPUOffloadingManager:
         """vLLM's ``CPUOffloadingManager`` with kvspec's constructor, keys and result types."""
 
         kvspec_variant = variant
+        kvspec_version = version
+        kvspec_unknown = None if version is None else unknown_message(version)
+        kvspec_nearest = None if version is None else nearest_variant(version)
 
         def __init__(
             self,
@@ -339,6 +375,14 @@ def __getattr__(name: str) -> Any:
     """``kvspec.vllm_adapter:VllmCPUOffloadingManager`` (the target loader's ``vllm`` name) imports
     vLLM only when asked for, raising ``TargetError`` — not ``AttributeError`` — when it cannot."""
     if name == "VllmCPUOffloadingManager":
-        upstream = load_upstream()
-        return adapter_class(upstream, release_variant(installed_version()))
+        return target_class(name, PROCESS)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def target_class(name: str, ns: Namespace) -> type:
+    """The adapter over the vLLM of namespace ``ns`` (the target loader's ``vllm@SOURCE``)."""
+    if name != "VllmCPUOffloadingManager":
+        raise TargetError(f"{__name__} has no target {name!r}")
+    upstream = load_upstream(ns)
+    version = installed_version(ns)
+    return adapter_class(upstream, release_variant(version), ns, version)

@@ -19,7 +19,8 @@ harness three hooks:
 * ``kvspec_status``: the release's ``RequestStatus``.
 
 ``kvspec_variant`` is the installed release (``rX.Y``, its version read without importing vLLM);
-releases outside 0.28–0.33 are a one-line ``TargetError``. The variant keywords kvspec passes are
+a version no variant models has ``kvspec_variant = None`` and ``kvspec_unknown`` (the one line the
+CLI prints, naming the nearest modelled variant, ``kvspec_nearest``). The variant keywords kvspec passes are
 accepted and ignored: the release decides. Without vLLM installed, build a CPU import tree from a
 wheel with ``python -m kvspec.vllm_standins`` and put it on ``PYTHONPATH``.
 """
@@ -32,8 +33,9 @@ import logging
 import os
 from typing import Any
 
+from kvspec import vllm_adapter
 from kvspec.targets import TargetError
-from kvspec.vllm_adapter import installed_version
+from kvspec.trees import PROCESS, Namespace
 from spec.vllm.kv_cache_manager import RELEASES, Request, hash_block_tokens, text_label
 
 UPSTREAM_MODULE = "vllm.v1.core.kv_cache_manager"
@@ -41,31 +43,33 @@ HASH_SEED = "0"
 LABELS: dict[bytes, bytes] = {}  # upstream digest -> kvspec's hash of the same prefix
 
 
-def release_variant(version: str) -> str:
-    release = ".".join(version.split("+")[0].split(".")[:2])
-    if release not in RELEASES:
-        supported = ", ".join(f"{r}.x" for r in RELEASES)
-        raise TargetError(
-            f"vLLM {version} is not supported by --target vllm (supported: {supported})"
-        )
-    return f"r{release}"
+def installed_version(ns: Namespace = PROCESS) -> str:
+    return vllm_adapter.installed_version(ns)
 
 
-def _import(name: str) -> Any:
+def release_variant(version: str) -> str | None:
+    """``rX.Y`` of a release the prefix-cache spec models, ``None`` otherwise."""
+    variant = vllm_adapter.release_variant(version)
+    return variant if variant is not None and variant[1:] in RELEASES else None
+
+
+def _import(name: str, ns: Namespace = PROCESS) -> Any:
     try:
-        return importlib.import_module(name)
+        return ns.import_module(name)
     except Exception as exc:  # not installed, or a failure deeper in vLLM's import chain
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise TargetError(f"--target vllm needs an importable {name} ({reason})") from exc
 
 
-def adapter_class(variant: str | None = None) -> type:
-    """The kvspec-constructed subclass of the installed release's ``KVCacheManager``."""
-    manager_mod = _import(UPSTREAM_MODULE)
-    utils = _import("vllm.v1.core.kv_cache_utils")
-    interface = _import("vllm.v1.kv_cache_interface")
-    status = _import("vllm.v1.request").RequestStatus
-    hash_fn = _import("vllm.utils.hashing").get_hash_fn_by_name("sha256")
+def adapter_class(
+    variant: str | None = None, ns: Namespace = PROCESS, version: str | None = None
+) -> type:
+    """The kvspec-constructed subclass of the release's ``KVCacheManager`` (in ``ns``)."""
+    manager_mod = _import(UPSTREAM_MODULE, ns)
+    utils = _import("vllm.v1.core.kv_cache_utils", ns)
+    interface = _import("vllm.v1.kv_cache_interface", ns)
+    status = _import("vllm.v1.request", ns).RequestStatus
+    hash_fn = _import("vllm.utils.hashing", ns).get_hash_fn_by_name("sha256")
     logging.getLogger("vllm").setLevel(logging.ERROR)  # e.g. every refused prefix-cache reset
     os.environ.setdefault("PYTHONHASHSEED", HASH_SEED)  # NONE_HASH is derived from it
     utils.init_none_hash(hash_fn)
@@ -94,6 +98,9 @@ def adapter_class(variant: str | None = None) -> type:
         """vLLM's ``KVCacheManager`` with kvspec's constructor (one full-attention group)."""
 
         kvspec_variant = variant
+        kvspec_version = version
+        kvspec_unknown = None if version is None else vllm_adapter.unknown_message(version)
+        kvspec_nearest = None if version is None else vllm_adapter.nearest_variant(version)
         kvspec_status = status
         kvspec_request = UpstreamHashedRequest
 
@@ -140,6 +147,13 @@ def __getattr__(name: str) -> Any:
     """``kvspec.vllm_prefix_adapter:VllmKVCacheManager`` (the target loader's ``vllm`` name) imports
     vLLM only when asked for, raising ``TargetError`` — not ``AttributeError`` — when it cannot."""
     if name == "VllmKVCacheManager":
-        variant = release_variant(installed_version())
-        return adapter_class(variant)
+        return target_class(name, PROCESS)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def target_class(name: str, ns: Namespace) -> type:
+    """The adapter over the vLLM of namespace ``ns`` (the target loader's ``vllm@SOURCE``)."""
+    if name != "VllmKVCacheManager":
+        raise TargetError(f"{__name__} has no target {name!r}")
+    version = installed_version(ns)
+    return adapter_class(release_variant(version), ns, version)

@@ -342,7 +342,7 @@ class Expander:
                 (type(raised) is not type(s_exc) if s_exc is not None else raised is not None)
                 or (s_exc is None and returned != s_out.returned)
                 or after != s_out.args_after
-            ) and compare_outcomes(s_out, Outcome(returned, raised, after)) is not None:
+            ) and compare_outcomes(s_out, Outcome(returned, raised, after), model.role) is not None:
                 return False, None
             if edge_checks(edge, snap, snap, s_out, target, gen) is not None:
                 return False, None
@@ -437,7 +437,7 @@ class _Run:
         ):
             problem = None
         else:
-            problem = compare_outcomes(s_out, t_out)
+            problem = compare_outcomes(s_out, t_out, model.role)
         if problem is None:
             reader = model.reader
             raised = s_out.raised
@@ -449,7 +449,7 @@ class _Run:
                 self.after = after = reader(spec)
             target_snap = reader(target)
             if target_snap != after:
-                problem = compare_snapshots(after, target_snap, model.snapshot_checks)
+                problem = compare_snapshots(after, target_snap, model.snapshot_checks, model.role)
             if problem is None and raised is not None and model.validate_first(edge.method, raised):
                 problem = atomic_failure_check(edge.method, raised, snap, target_snap)
             if problem is None and raised is None and edge.then is not None:

@@ -113,6 +113,7 @@ def run(
     workers: int = 1,
     memo: bool = True,
     backend: Callable[[], Any] | None = None,
+    reference: Any = None,
 ) -> Exploration:
     """Explore ``component`` against ``target_cls`` once per variant of ``variants`` (``[""]`` for
     a component without variants), stopping after the first variant that fails. The models are
@@ -133,6 +134,8 @@ def run(
         )
         for v in variants
     ]
+    for _, model in models:
+        model.use_reference(reference)
     for v, model in models:
         report = None if progress is None else (lambda s, e, d, v=v: progress(v, s, e, d))
         result = explore(

@@ -105,6 +105,7 @@ class PrefixCacheModel(Model):
     ) -> None:
         super().__init__(component, target_cls, target, bounds, options)
         self.checker = checker.CHECKER
+        self.spec_cls = KVCacheManager
         self.reader = read
         self.snapshot_checks = checker.SNAPSHOT_CHECKS
         self.state_invariants = checker.STATE_INVARIANTS
@@ -129,7 +130,7 @@ class PrefixCacheModel(Model):
 
     def initial(self) -> tuple[Any, Any, Any]:
         return (
-            PrefixCacheHarness(KVCacheManager, self.config),
+            PrefixCacheHarness(self.spec_cls, self.config),
             PrefixCacheHarness(self.target_cls, self.config),
             Gen((), (), (), 0),
         )

@@ -94,6 +94,7 @@ class RadixCacheModel(Model):
     ) -> None:
         super().__init__(component, target_cls, target, bounds, options)
         self.checker = checker.CHECKER
+        self.spec_cls = RadixCache
         self.reader = checker.reader(target_cls)  # a target may hide columns (Rust core times)
         self.snapshot_checks = checker.SNAPSHOT_CHECKS
         self.state_invariants = checker.STATE_INVARIANTS
@@ -112,12 +113,16 @@ class RadixCacheModel(Model):
             for p in itertools.product(range(b.vocab), repeat=n)
         ]
 
+    def use_reference(self, reference: Any) -> None:
+        super().use_reference(reference)
+        self.reader = checker.reader(self.target_cls, self.spec_cls)  # columns either side hides
+
     def clone(self, obj: Any) -> Any:
         return clone_harness(obj)
 
     def initial(self) -> tuple[Any, Any, Any]:
         return (
-            RadixHarness(RadixCache, self.config),
+            RadixHarness(self.spec_cls, self.config),
             RadixHarness(self.target_cls, self.config),
             Gen((), 0, None),
         )

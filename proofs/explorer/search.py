@@ -124,6 +124,9 @@ class Model:
     spec_readonly_by_snapshot: bool = False
     # pair_key() reads the snapshot only (no object): pairs are found by the snapshot's hash
     key_from_snapshot: bool = False
+    # what the target is compared with (``--oracle`` / ``--baseline``; see use_reference)
+    reference: Any = None
+    spec_cls: Callable[..., Any]
 
     def __init__(
         self,
@@ -144,6 +147,23 @@ class Model:
 
     def bounds(self) -> dict[str, Any]:
         return asdict(self.b)
+
+    def use_reference(self, reference: Any) -> None:
+        """Drive ``reference`` (a :class:`stateful_tests.checker.Reference`) on the spec side: a
+        baseline class, or (``invariants``) a second instance of the target. The search is the
+        same: a state is still told apart by the model's key over both sides' snapshots, so a
+        baseline whose future depends on state its snapshot leaves out is explored as the target
+        is (the premise every target run already makes). What only the spec's contract promises
+        is switched off: answering read-only calls from the snapshot."""
+        self.reference = reference
+        if reference is not None and reference.kind != "spec":
+            self.spec_cls = reference.cls_for(self.spec_cls, self.target_cls)
+            self.spec_readonly_by_snapshot = False
+
+    @property
+    def role(self) -> str:
+        """The reference side's name in messages (spec, baseline, copy)."""
+        return "spec" if self.reference is None else str(self.reference.role)
 
     # --- to override
 
@@ -238,6 +258,7 @@ class Model:
             self.target_cls,
             self.target,
             options=self.replay_options(),
+            reference=self.reference,
         )
 
 
@@ -353,7 +374,7 @@ def explore(
     reader = model.reader
     spec0, target0, gen0 = model.initial()
     snap0 = reader(spec0)
-    problem = compare_snapshots(snap0, reader(target0), model.snapshot_checks)
+    problem = compare_snapshots(snap0, reader(target0), model.snapshot_checks, model.role)
     problem = problem or _state_invariants(model, reader(target0))
     problem = problem or model.state_checks(snap0, gen0, spec0, target0)
     if problem:
@@ -535,7 +556,12 @@ def _finish(
     steps = rebuild(model, path)
     divergence = Divergence(check, detail, steps)
     document = trace_document(
-        model.component, model.target, model.trace_config(), steps, divergence
+        model.component,
+        model.target,
+        model.trace_config(),
+        steps,
+        divergence,
+        oracle=None if model.reference is None else model.reference.to_json(),
     )
     document["explorer"] = {"bounds": model.bounds(), "shortest": True}
     violation = Violation(check, detail, len(steps))
