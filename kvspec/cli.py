@@ -639,6 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
     crosshair.add_parser(sub)
 
     exploration.add_parser(sub)
+    from kvspec import diff
+
+    diff.add_parser(sub)
     figures.add_parser(sub)
     return parser
 

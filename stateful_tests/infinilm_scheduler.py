@@ -294,6 +294,11 @@ class EngineHarness:
         return read_scheduler(self.s, self.requests)
 
 
+def _queued(queue: Any) -> int:
+    """A queue's length: kvspec's ``queue.Queue`` or upstream's ``janus.Queue`` (a baseline)."""
+    return int(queue.qsize() if hasattr(queue, "qsize") else queue.sync_q.qsize())
+
+
 # ----------------------------------------------------------------------------- reading
 _TERMINAL_NAMES = frozenset(status.name for status in TERMINAL)
 _TERMINAL = tuple(TERMINAL)
@@ -620,7 +625,7 @@ class Driver:
             self.coverage["path:remote_pending"] += 1
         if s.pending_free_blocks:
             self.coverage["path:pending_free_blocks"] += 1
-        if s.waiting_queue.qsize() and s.running_queue.qsize():
+        if _queued(s.waiting_queue) and _queued(s.running_queue):
             self.coverage["path:waiting_and_running"] += 1
         if not s.cache_manager.free_block_ids:
             self.coverage["path:pool_full"] += 1
