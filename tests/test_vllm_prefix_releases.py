@@ -135,7 +135,7 @@ def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         module.__dict__.update(attributes)
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setitem(sys.modules, "vllm.v1.core.kv_cache_utils", _utils_module())
-    monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda: "0.33.1")
+    monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda ns=None: "0.33.1")
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     yield
 
@@ -175,13 +175,36 @@ def test_the_release_variant_is_what_a_neighbouring_variant_is_not(upstream: Non
     assert result.failure.check == "return_value"
 
 
+def test_an_unknown_release_is_one_line_against_the_spec_and_runs_against_a_baseline(
+    upstream: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM 0.34.0 (no r0.34 prefix-cache variant) or an unreleased revision: never checked as
+    another release without saying so."""
+    for version, nearest in (("0.99.0", "r0.33"), ("0.33.0+12.gabc1234", "r0.33")):
+        monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda ns=None, v=version: v)
+        assert main(["check", NAME, "--target", "vllm", "--inputs", "well-formed"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert f"vLLM {version} is not a release kvspec's spec models" in err
+        assert f"nearest modelled variant {nearest}" in err and "--oracle invariants" in err
+    code = main(
+        ["fuzz", NAME, "--target", "vllm", "--baseline", "impl", "--ops", "300", "--inputs",
+         "well-formed", "--variant", "r0.33"]
+    )  # fmt: skip
+    assert code == 0
+    assert main(["fuzz", NAME, "--target", "vllm", "--oracle", "invariants", "--ops", "300"]) == 0
+    assert "driven as r0.33, compared with its invariants only" in " ".join(
+        capsys.readouterr().err.split()
+    )
+
+
 def test_unsupported_release_and_missing_vllm_are_one_line_errors(
     upstream: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda: "0.27.1")
-    with pytest.raises(TargetError, match="not supported"):
-        _ = vllm_prefix_adapter.VllmKVCacheManager
-    monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda: "0.33.0")
+    monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda ns=None: "0.27.1")
+    cls = vllm_prefix_adapter.VllmKVCacheManager
+    assert cls.kvspec_variant is None and cls.kvspec_nearest == "r0.28"
+    monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda ns=None: "0.33.0")
     monkeypatch.delitem(sys.modules, "vllm.v1.core.kv_cache_manager")
     monkeypatch.setitem(sys.modules, "vllm.v1.core.kv_cache_manager", None)  # type: ignore[arg-type]
     with pytest.raises(TargetError, match=r"importable vllm\.v1\.core\.kv_cache_manager"):

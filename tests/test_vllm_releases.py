@@ -201,7 +201,7 @@ def test_an_unsupported_release_is_exit_2_in_one_line(
     install(monkeypatch, "0.27.0", chunk_shaped("0.30"))
     assert main(["fuzz", "vllm-arc", "--target", "vllm", "--ops", "10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "vLLM 0.27.0 is not supported" in err[0] and "0.33.x" in err[0]
+    assert len(err) == 1 and "vLLM 0.27.0 is not a release" in err[0] and "r0.28" in err[0]
 
 
 def test_release_names_and_keys() -> None:
