@@ -80,7 +80,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_two_revisions_import_side_by_side_under_their_own_namespaces(repo: Path) -> None:
     _, old = load_target(BM, f"git:{repo}@first")
     _, new = load_target(BM, f"infinilm@git:{repo}@reworded")
-    assert old.mark == "first" and new.mark == "v1 again"  # each saw its own sibling module
+    assert (old.mark, new.mark) == ("first", "v1 again")  # type: ignore[attr-defined]  # each saw its own sibling module
     assert old.__module__ != new.__module__
     assert all(m.startswith("_kvspec_tree_") for m in (old.__module__, new.__module__))
     assert "infinilm" not in sys.modules  # nothing leaked under the engine's own name
