@@ -192,11 +192,15 @@ def git_version(repo: Path, rev: str) -> str:
     """A PEP 440 version for ``rev``: the tag's on a release tag (``v0.34.0`` -> ``0.34.0``),
     else the nearest tag's with ``+g<sha>`` and the distance (an unreleased revision: no
     modelled variant claims it)."""
-    try:
-        described = _git(repo, "describe", "--tags", "--long", rev)
-    except TreeError:
-        return "0+g" + _git(repo, "rev-parse", "--short=12", rev)
-    found = re.fullmatch(r"v?(\d+(?:\.\d+)*)(\S*)-(\d+)-g([0-9a-f]+)", described)
+    found = None
+    for pattern in ("v[0-9]*", "[0-9]*"):  # release tags only, not a branch-like tag
+        try:
+            described = _git(repo, "describe", "--tags", "--long", "--match", pattern, rev)
+        except TreeError:
+            continue
+        found = re.fullmatch(r"v?(\d+(?:\.\d+)*)(\S*)-(\d+)-g([0-9a-f]+)", described)
+        if found is not None:
+            break
     if found is None:
         return "0+g" + _git(repo, "rev-parse", "--short=12", rev)
     release, _suffix, distance, sha = found.groups()
@@ -294,8 +298,10 @@ def _builder(engine: str) -> Callable[[Path, Path], list[str]]:
 
 def _builder_stamp(engine: str) -> str:
     """A hash of the builder's own code: a cached tree is rebuilt when kvspec's stand-ins change."""
-    module = sys.modules[_builder(engine).__module__]
-    return hashlib.sha256(Path(str(module.__file__)).read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256()
+    for module in (sys.modules[_builder(engine).__module__], sys.modules[__name__]):
+        digest.update(Path(str(module.__file__)).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _is_tree(folder: Path, engine: str) -> bool:
