@@ -9,6 +9,7 @@ module that does not import; ``old``, a revision without the files the tree need
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +65,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("engine")
     _git(root, "init", "-q")
     _commit(root, "old", {"cache_manager.py": _MANAGER})  # no prefix_cache.py, no scheduler…
-    rest = {f"{name}.py": "" for name in ("scheduler", "request", "sampling_params")}
+    rest = {f"{name}.py": "" for name in ("request", "sampling_params")}
+    rest["scheduler.py"] = "from impl.infinilm.scheduler import Scheduler  # noqa: F401\n"
     _commit(root, "first", {"prefix_cache.py": _PREFIX.format(mark="first"), **rest})
     _commit(root, "reworded", {"prefix_cache.py": _PREFIX.format(mark="v1 again")})
     _commit(root, "planted", {"cache_manager.py": _PLANTED})
@@ -171,3 +173,34 @@ def test_the_explorer_drives_a_baseline(capsys: pytest.CaptureFixture[str]) -> N
     assert document["oracle"] == "baseline" and document["baseline"] == "impl"
     assert document["violations"][0]["replay"] == "reproduced"
     assert main(["explore", "vllm-lru", "--oracle", "invariants", "--json"]) == 0
+
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "kvspec-diff.sh"
+
+
+def _script(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KVSPEC_DIFF_ARGS": "--stages fuzz --ops 2000"}
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(repo), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_the_ci_script_runs_the_touched_components_base_against_head(repo: Path) -> None:
+    """examples/kvspec-diff.sh, as the GitHub workflow runs it: the components whose modelled
+    files changed, each base -> head."""
+    same = _script(repo, "first", "reworded")  # prefix_cache.py changed: both components
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "kvspec diff infinilm-block-manager first -> reworded" in same.stdout
+    assert "kvspec diff infinilm-scheduler first -> reworded" in same.stdout
+    assert " ".join(same.stdout.split()).count(": unchanged") == 2
+    changed = _script(repo, "reworded", "planted", "infinilm-block-manager")
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "CHANGED" in changed.stdout
+    assert _script(repo, "first", "no-such-rev").returncode == 2
+    untouched = _script(repo, "first", "first")
+    assert untouched.returncode == 0 and "no modelled file changed" in untouched.stdout
