@@ -204,3 +204,24 @@ def test_the_ci_script_runs_the_touched_components_base_against_head(repo: Path)
     assert _script(repo, "first", "no-such-rev").returncode == 2
     untouched = _script(repo, "first", "first")
     assert untouched.returncode == 0 and "no modelled file changed" in untouched.stdout
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KVSPEC_SGLANG_WHEEL"), reason="KVSPEC_SGLANG_WHEEL (a real wheel) not set"
+)
+def test_two_trees_of_the_real_sglang_release_run_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The release's own RadixCache from its wheel (built into the cache) against the same code
+    in a second tree (built by hand): two module namespaces of one engine, no difference."""
+    from kvspec import sglang_standins
+
+    wheel = os.environ["KVSPEC_SGLANG_WHEEL"]
+    other = tmp_path / "tree"
+    sglang_standins.build(Path(wheel), other)
+    _, new = load_target("sglang-radix-cache", f"sglang@{wheel}")
+    _, old = load_target("sglang-radix-cache", f"sglang@{other}")
+    assert new.__module__ != old.__module__ or new is not old
+    args = ["diff", "sglang-radix-cache", f"sglang@{other}", f"sglang@{wheel}", "--ops", "1500"]
+    assert main([*args, "--stages", "fuzz", "--inputs", "well-formed", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unchanged"] is True
