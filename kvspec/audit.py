@@ -224,7 +224,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("component", help=f"one of {', '.join(components.names())}")
     p.add_argument("--target", required=True, help="spec, mutant:NAME, MOD:CLASS or FILE.py:CLASS")
     p.add_argument("--variant", help=components.describe_variants())
-    from kvspec.cli import oracle_options
+    from kvspec.runs import oracle_options
 
     oracle_options(p)
     p.add_argument("--budget", type=float, default=60.0, help="seconds of fuzzing (default 60)")
@@ -249,9 +249,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     variant = comp.check_variant(args.variant)
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, got {args.budget}")
-    from kvspec.cli import _setup, against
+    from kvspec.runs import against, setup
 
-    label, cls, reference, variant = _setup(args, comp, variant)
+    label, cls, reference, variant = setup(args, comp, variant)
     with progress(
         f"audit {comp.name} {label} vs {against(reference)}", None, not args.json
     ) as update:

@@ -24,16 +24,22 @@ from kvspec.components import Component, ComponentError
 from kvspec.output import (
     ERR,
     OUT,
-    TRACE_DIR,
     UsageError,
     could_not_run,
     emit,
     print_counterexample,
     print_coverage,
     progress,
-    trace_path,
 )
-from kvspec.targets import TargetError, load_reference, load_target, resolve_variant
+from kvspec.runs import (
+    against,
+    counterexample,
+    inputs_options,
+    oracle_fields,
+    oracle_options,
+    setup,
+)
+from kvspec.targets import TargetError, load_reference, load_target
 from stateful_tests.lockstep import TargetMisfit
 from stateful_tests.profiles import shrink_budget
 
@@ -44,71 +50,6 @@ def _component(args: argparse.Namespace) -> tuple[Component, str | None, Mapping
     comp = components.get(args.component)
     variant = comp.check_variant(getattr(args, "variant", None))
     return comp, variant, components.options_of(comp, vars(args))
-
-
-def _setup(
-    args: argparse.Namespace, comp: Component, variant: str | None
-) -> tuple[str, Any, Any, str | None]:
-    """(target label, target class, reference, variant) of a check, fuzz, explore or audit run:
-    ``--target``, then ``--oracle`` / ``--baseline``, then the variant (an unknown engine version
-    is refused against the spec, noted otherwise)."""
-    label, cls = load_target(comp.name, args.target)
-    reference = load_reference(comp.name, args.oracle, args.baseline, label)
-    note = None if args.json else (lambda text: ERR.print(escape(text)))
-    return label, cls, reference, resolve_variant(comp, variant, cls, reference, note)
-
-
-def against(reference: Any) -> str:
-    """How a verdict line names what the target was compared with."""
-    return {"spec": "spec", "baseline": f"baseline {reference.label}"}.get(
-        reference.kind, "its invariants"
-    )
-
-
-def oracle_fields(reference: Any) -> dict[str, Any]:
-    """The JSON fields saying what the target was compared with."""
-    return {
-        "oracle": reference.kind,
-        "baseline": reference.label if reference.kind == "baseline" else None,
-    }
-
-
-def _save_trace(trace: dict[str, Any], component: str, target: str) -> Path:
-    from stateful_tests.lockstep import save_trace
-
-    return save_trace(trace, TRACE_DIR, trace_path(TRACE_DIR, f"{component}-{target[-80:]}"))
-
-
-def _counterexample(
-    result: Any,
-    comp: Component,
-    cls: Any = None,
-    shrink_seconds: float = 0.0,
-    save: bool = True,
-    options: Mapping[str, Any] | None = None,
-    reference: Any = None,
-) -> dict[str, Any] | None:
-    """The failing trace, delta-debugged for ``shrink_seconds`` when a target class is given."""
-    if result.failure is None:
-        return None
-    trace = result.trace
-    if trace is not None and cls is not None and shrink_seconds > 0:
-        trace = comp.shrink(
-            trace,
-            cls,
-            result.target,
-            budget_seconds=shrink_seconds,
-            reference=reference,
-            **(options or {}),
-        )
-    path = _save_trace(trace, comp.name, result.target) if trace and save else None
-    failure = (trace or {}).get("failure") or {}
-    return {
-        "check": failure.get("check", result.failure.check),
-        "detail": failure.get("detail", result.failure.detail),
-        "steps": trace["steps"] if trace else [],
-        "trace_file": str(path) if path else None,
-    }
 
 
 def print_details(
@@ -127,7 +68,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     comp, variant, options = _component(args)
     component = comp.name
-    label, cls, reference, variant = _setup(args, comp, variant)
+    label, cls, reference, variant = setup(args, comp, variant)
     try:
         settings = profiles.get(args.profile)
     except ValueError as exc:
@@ -148,7 +89,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             reference=reference,
             **options,
         )
-    cx = _counterexample(result, comp, cls, 10.0, options=options, reference=reference)
+    cx = counterexample(result, comp, cls, 10.0, options=options, reference=reference)
     document = {
         "component": component,
         "target": label,
@@ -179,7 +120,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     component = comp.name
     if args.ops <= 0:
         raise UsageError(f"--ops must be positive, got {args.ops}")
-    label, cls, reference, variant = _setup(args, comp, variant)
+    label, cls, reference, variant = setup(args, comp, variant)
     _ = comp.checker_def  # (its modules imported before the CPU clock starts)
     cpu_started = time.process_time()
     with progress(f"fuzz {component} vs {label}", args.ops, not args.json) as update:
@@ -197,7 +138,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         )
     cpu_seconds = time.process_time() - cpu_started
     shrink = 0.0 if args.no_shrink else 10.0
-    cx = _counterexample(result, comp, cls, shrink, options=options, reference=reference)
+    cx = counterexample(result, comp, cls, shrink, options=options, reference=reference)
     document = {
         "component": component,
         "target": label,
@@ -253,7 +194,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         reference=reference,
         **options,
     )
-    cx = _counterexample(result, comp, save=False)
+    cx = counterexample(result, comp, save=False)
     out = {
         "component": component,
         "target": label,
@@ -460,50 +401,6 @@ def _flags(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument(f"--{name.replace('_', '-')}", metavar="VALUE", help=f"{owners}: {text}")
 
 
-def oracle_options(p: argparse.ArgumentParser, replay: bool = False) -> None:
-    """``--baseline TARGET`` and ``--oracle spec|baseline|invariants``."""
-    from stateful_tests.checker import ORACLES
-
-    p.add_argument(
-        "--baseline",
-        metavar="TARGET",
-        help="compare with this target instead of the spec (any --target form: the previous "
-        "revision, another release, ENGINE@git:REPO@REV); implies --oracle baseline"
-        + ("; default: the trace's own" if replay else ""),
-    )
-    p.add_argument(
-        "--oracle",
-        choices=ORACLES,
-        help="spec: equal to the spec (default); baseline: equal to --baseline; invariants: only "
-        "the component's invariants, for code no variant models"
-        + ("; default: the trace's own" if replay else ""),
-    )
-
-
-def _inputs(p: argparse.ArgumentParser, default: str | None) -> None:
-    """``--inputs well-formed|all``: the alphabet (``None``: the trace's own), and the per-call
-    watchdog ``--call-timeout``."""
-    from stateful_tests.checker import CALL_TIMEOUT, INPUTS
-
-    p.add_argument(
-        "--call-timeout",
-        type=float,
-        default=CALL_TIMEOUT,
-        metavar="S",
-        help=f"a target call that does not return within S seconds is a hang (default "
-        f"{CALL_TIMEOUT:g}; 0: no watchdog)",
-    )
-
-    p.add_argument(
-        "--inputs",
-        choices=INPUTS,
-        default=default,
-        help="well-formed: leave out the bad-input operations, for a target that does not share "
-        "the spec's contract on bad input (kvspec audit reports that contract); default "
-        + (default or "the trace's own"),
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvspec",
@@ -536,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="ci", help="hypothesis profile: ci, dev or deep")
     p.add_argument("--variant", help=f"{variants} (default: drawn per run)")
     oracle_options(p)
-    _inputs(p, "all")
+    inputs_options(p, "all")
     _flags(p, "")
     p.add_argument(
         "--shrink-seconds",
@@ -556,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-shrink", action="store_true", help="keep the raw failing episode")
     p.add_argument("--variant", help=f"{variants} (default: drawn per episode)")
     oracle_options(p)
-    _inputs(p, "all")
+    inputs_options(p, "all")
     _flags(p, "")
     p.add_argument("--coverage", action="store_true", help="print rule/path coverage")
     p.add_argument("--json", action="store_true")
@@ -566,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", help="a trace file written by check or fuzz")
     p.add_argument("--target", help="override the trace's target")
     oracle_options(p, replay=True)
-    _inputs(p, None)
+    inputs_options(p, None)
     _flags(p, "re-check: ")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_replay)
@@ -625,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from kvspec import audit, exploration, figures, prove, soak
 
-    soak.add_parser(sub, _flags, _inputs)
+    soak.add_parser(sub, _flags, inputs_options)
 
     audit.add_parser(sub)
     prove.add_parser(sub)

@@ -43,15 +43,15 @@ def add_parser(subparsers: Any) -> None:
         default=",".join(STAGES),
         help=f"comma-separated subset of {', '.join(STAGES)} (default: all)",
     )
-    from kvspec.cli import _inputs
+    from kvspec.runs import inputs_options
 
-    _inputs(p, "all")
+    inputs_options(p, "all")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_diff)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from kvspec.cli import _counterexample, against
+    from kvspec.runs import against, counterexample
     from kvspec.targets import load_reference, load_target, resolve_variant
     from stateful_tests import profiles
 
@@ -87,7 +87,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                     reference=reference,
                 )
                 row |= {"examples": result.examples, "calls": result.steps}
-                cx = _counterexample(result, comp, cls, 10.0, True, options, reference)
+                cx = counterexample(result, comp, cls, 10.0, True, options, reference)
                 passed = result.passed
             elif stage == "fuzz":
                 result = comp.fuzz(
@@ -100,7 +100,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                     reference=reference,
                 )
                 row |= {"calls": result.steps, "seed": args.seed}
-                cx = _counterexample(result, comp, cls, 10.0, True, options, reference)
+                cx = counterexample(result, comp, cls, 10.0, True, options, reference)
                 passed = result.passed
             else:
                 passed, cx = _explore(comp, cls, label, variant, args, reference, row)

@@ -78,7 +78,7 @@ def add_parser(subparsers: Any) -> None:
         "--variant",
         help=f"{components.describe_variants()} (default: every variant, one search each)",
     )
-    from kvspec.cli import oracle_options
+    from kvspec.runs import oracle_options
 
     oracle_options(p)
     p.add_argument("--depth", type=int, help="stop after N calls (default: until complete)")
@@ -236,9 +236,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
             explorer.make_bounds(bounds_cls, v, overrides, component=comp.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    from kvspec.cli import _setup
+    from kvspec.runs import setup
 
-    label, cls, reference, own = _setup(args, comp, variant)
+    label, cls, reference, own = setup(args, comp, variant)
     if own is not None:
         chosen = [own]  # the variant named, or the one the target implements
     elif not variant:
@@ -275,7 +275,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     finally:
         shutdown()
-    from kvspec.cli import oracle_fields
+    from kvspec.runs import oracle_fields
 
     document = {
         **result.to_json(),
