@@ -377,8 +377,7 @@ _VLLM_PREFIX_CACHE_API = (
     "free",
     "pop_blocks_for_free",
     "evict_blocks",
-    "reset_prefix_cache",
-    "get_num_common_prefix_blocks",
+    "reset_prefix_cache",  # (get_num_common_prefix_blocks: gone in 0.34, called where it exists)
     "take_events",
     "create_kv_cache_blocks",
 )

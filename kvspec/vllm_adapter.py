@@ -91,13 +91,13 @@ def installed_version(ns: Namespace = PROCESS) -> str:
         raise TargetError(f"cannot tell the installed vLLM's version ({exc})") from exc
 
 
-def release_variant(version: str) -> str | None:
+def release_variant(version: str, releases: Collection[str] = tuple(RELEASES)) -> str | None:
     """``"0.31.2"`` -> ``"r0.31"``; ``None`` for a version no variant models (another release,
     or an unreleased revision such as ``0.33.0+12.gabc`` from ``git:``)."""
     if UNRELEASED.search(version):
         return None
     release = ".".join(version.split("+")[0].split(".")[:2])
-    return f"r{release}" if release in RELEASES else None
+    return f"r{release}" if release in releases else None
 
 
 UNRELEASED = re.compile(r"\+\d+\.g[0-9a-f]+$")  # kvspec.trees.git_version past a release tag
@@ -107,21 +107,21 @@ def _release_key(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in release.split(".") if p.isdigit())
 
 
-def nearest_variant(version: str) -> str:
+def nearest_variant(version: str, releases: Collection[str] = tuple(RELEASES)) -> str:
     """The modelled release closest below ``version`` (the oldest if it is older than all)."""
     wanted = _release_key(".".join(version.split("+")[0].split(".")[:2]))
-    below = [r for r in RELEASES if _release_key(r) <= wanted]
-    return f"r{(below or list(RELEASES))[-1 if below else 0]}"
+    below = [r for r in releases if _release_key(r) <= wanted]
+    return f"r{(below or list(releases))[-1 if below else 0]}"
 
 
-def unknown_message(version: str) -> str | None:
+def unknown_message(version: str, releases: Collection[str] = tuple(RELEASES)) -> str | None:
     """``None`` for a modelled release, else the one line the CLI prints."""
-    if release_variant(version) is not None:
+    if release_variant(version, releases) is not None:
         return None
-    modelled = f"{next(iter(RELEASES))}–{list(RELEASES)[-1]}"
+    modelled = f"{next(iter(releases))}–{list(releases)[-1]}"
     return (
         f"vLLM {version} is not a release kvspec's spec models (modelled: {modelled}); "
-        f"nearest modelled variant {nearest_variant(version)}"
+        f"nearest modelled variant {nearest_variant(version, releases)}"
     )
 
 

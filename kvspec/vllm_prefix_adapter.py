@@ -49,8 +49,7 @@ def installed_version(ns: Namespace = PROCESS) -> str:
 
 def release_variant(version: str) -> str | None:
     """``rX.Y`` of a release the prefix-cache spec models, ``None`` otherwise."""
-    variant = vllm_adapter.release_variant(version)
-    return variant if variant is not None and variant[1:] in RELEASES else None
+    return vllm_adapter.release_variant(version, RELEASES)
 
 
 def _import(name: str, ns: Namespace = PROCESS) -> Any:
@@ -83,6 +82,18 @@ def adapter_class(
     class UpstreamHashedRequest(Request):
         """kvspec's request with the release's block hashes (and kvspec's, for the labels)."""
 
+        @property
+        def _all_token_ids(self) -> Any:  # what 0.34.0's block hasher reads
+            return self.all_token_ids
+
+        # 0.34.0 asks the request for its cache-hit bound: kvspec's requests are unbounded
+        # (no skipped cache reads, no prompt scoring), so only the last token is recomputed
+        prefix_cache_hit_limit = None
+
+        def get_max_cache_hit_length(self, bound: int | None = None) -> int:
+            last = self.num_tokens - 1
+            return last if bound is None else min(last, bound)
+
         def _hash_new_full_blocks(self) -> None:
             own: list[bytes] = self.__dict__.setdefault("_own_hashes", [])
             new = hasher(self.block_size)(self)
@@ -99,8 +110,12 @@ def adapter_class(
 
         kvspec_variant = variant
         kvspec_version = version
-        kvspec_unknown = None if version is None else vllm_adapter.unknown_message(version)
-        kvspec_nearest = None if version is None else vllm_adapter.nearest_variant(version)
+        kvspec_unknown = (
+            None if version is None else vllm_adapter.unknown_message(version, RELEASES)
+        )
+        kvspec_nearest = (
+            None if version is None else vllm_adapter.nearest_variant(version, RELEASES)
+        )
         kvspec_status = status
         kvspec_request = UpstreamHashedRequest
 

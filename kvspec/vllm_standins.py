@@ -11,7 +11,8 @@ of kvspec: the tree is written to ``DEST`` only.
 
 The stand-ins provide only names the copied modules use at import time or on the paths kvspec
 drives (one full-attention group, no multimodal, no LoRA, no metrics); a name they lack fails
-loudly. Releases 0.28.0 to 0.33.0 are supported; another release may need a stand-in touched.
+loudly. Releases 0.28.0 to 0.34.0 are supported; another release may need a stand-in touched
+(docs/vllm-releases.md, "The next release").
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ VERBATIM: tuple[str, ...] = (
     "vllm/v1/kv_cache_layout.py",
     "vllm/v1/hisparse/block_pool.py",
     "vllm/utils/math_utils.py",
+    # 0.34.0: block_pool / single_type_kv_cache_manager untrack long lists from the cyclic GC,
+    # kv_cache_utils slices token buffers (all three import only the standard library, numpy,
+    # typing_extensions and the envs / logger stand-ins)
+    "vllm/utils/gc_utils.py",
+    "vllm/utils/collection_utils.py",
+    "vllm/v1/token_buffer.py",
 )
 
 _PACKAGES = (

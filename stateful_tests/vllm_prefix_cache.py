@@ -474,6 +474,7 @@ class Facts(NamedTuple):
     refreeable: bool
     hashed: bool
     older_api: bool  # the variant lacks an API of a newer release
+    common_prefix: bool  # the release has get_num_common_prefix_blocks (not 0.34)
 
     @classmethod
     def of(cls, d: Driver) -> Facts:
@@ -489,13 +490,14 @@ class Facts(NamedTuple):
             any(any(s.ref_cnts[b] == 0 for b in t) for t in d.freed),
             any(h is not None for h in s.block_hashes),
             not (d.features["adopt_computed_tokens"] and d.features["hit_length_cap"]),
+            d.features["common_prefix_blocks"] != "removed",
         )
 
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation("take_events", 2),
     Operation("get_computed_blocks", 2, lambda f: f.live),
-    Operation("get_num_common_prefix_blocks", 1, lambda f: f.holders),
+    Operation("get_num_common_prefix_blocks", 1, lambda f: f.holders and f.common_prefix),
     Operation("add_request", 6, lambda f: f.room),
     Operation("schedule_waiting", 10, lambda f: f.waiting),
     Operation("schedule_running", 14, lambda f: f.running),

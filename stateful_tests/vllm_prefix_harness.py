@@ -61,6 +61,7 @@ class Config:
             "adopt_computed_tokens": True,
             "common_prefix_blocks": "deprecated",
             "hit_length_cap": True,
+            "hit_length_clamp": False,
             **variant_keywords(self.variant),
         }
 

@@ -101,16 +101,18 @@ class KVCacheManager:
         adopt_computed_tokens: bool = True,
         common_prefix_blocks: CommonPrefix = "deprecated",
         hit_length_cap: bool = True,
+        hit_length_clamp: bool = False,
     ) -> None:
         if block_size < 1 or max_model_len < 1 or watermark < 0:
             raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
-        if common_prefix_blocks not in ("count", "deprecated"):
+        if common_prefix_blocks not in ("count", "deprecated", "removed"):
             raise InvalidArgument(f"unknown variant value {common_prefix_blocks!r}")
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.adopt_computed_tokens = adopt_computed_tokens
         self.common_prefix_blocks: CommonPrefix = common_prefix_blocks
+        self.hit_length_clamp = hit_length_clamp
         self.hit_length_cap = hit_length_cap
         self.block_pool = self.pool_cls(
             num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
@@ -138,6 +140,8 @@ class KVCacheManager:
         if not self.enable_caching or request.skip_reading_prefix_cache:
             return self.empty_kv_cache_blocks, 0, 0
         limit = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
+        if self.hit_length_clamp:  # 0.34: an explicit bound only lowers the default one
+            limit = min(limit, request.num_tokens - 1)
         hits = self._single.find_longest_cache_hit(request.block_hashes, limit)
         if not hits:
             return self.empty_kv_cache_blocks, 0, 0
@@ -285,6 +289,8 @@ class KVCacheManager:
         return self.block_pool.reset_prefix_cache()
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        if self.common_prefix_blocks == "removed":
+            raise InvalidArgument("get_num_common_prefix_blocks() does not exist in 0.34")
         if self.common_prefix_blocks == "deprecated" or not self.enable_caching:
             return [0]
         table = self._single.req_to_blocks

@@ -13,8 +13,11 @@ Variants (constructor keywords, defaults = 0.33.0; docs/vllm-kv-cache-manager.md
 * ``adopt_computed_tokens``: ``allocate_slots`` with no new and no external tokens but prefix hits
   to adopt is accepted (0.31+) instead of raising ``ValueError``;
 * ``common_prefix_blocks``: ``"count"`` (up to 0.31: leading blocks shared by every request
-  holding blocks) or ``"deprecated"`` (0.32+: ``[0]``);
-* ``hit_length_cap``: ``get_computed_blocks(request, max_cache_hit_length)`` (0.33+).
+  holding blocks), ``"deprecated"`` (0.32–0.33: ``[0]``) or ``"removed"`` (0.34: no such method;
+  kvspec's checker does not call it);
+* ``hit_length_cap``: ``get_computed_blocks(request, max_cache_hit_length)`` (0.33+);
+* ``hit_length_clamp``: that bound is clamped to ``num_tokens - 1`` (0.34: an explicit bound can
+  only lower the hit, so a bound past the prompt no longer lets the last token be a hit).
 
 Quirks reproduced (upstream behaviour, named):
 
@@ -51,12 +54,12 @@ from spec.vllm.block_pool import (
     KVCacheEvent,
 )
 
-RELEASES: tuple[str, ...] = ("0.28", "0.29", "0.30", "0.31", "0.32", "0.33")
+RELEASES: tuple[str, ...] = ("0.28", "0.29", "0.30", "0.31", "0.32", "0.33", "0.34")
 VARIANTS: tuple[str, ...] = ("unhashed_first", "classic", *(f"r{r}" for r in RELEASES))
 """Named variants, the default first: #42656's free order with the newest release's API
 (``unhashed_first`` = ``r0.33``), the pre-#42656 ``classic`` order, and each release."""
 
-CommonPrefix = Literal["count", "deprecated"]
+CommonPrefix = Literal["count", "deprecated", "removed"]
 
 
 def variant_keywords(variant: str) -> dict[str, Any]:
@@ -70,8 +73,11 @@ def variant_keywords(variant: str) -> dict[str, Any]:
     minor = int(variant.split(".")[1])
     return {
         "adopt_computed_tokens": minor >= 31,
-        "common_prefix_blocks": "count" if minor <= 31 else "deprecated",
+        "common_prefix_blocks": "count"
+        if minor <= 31
+        else ("deprecated" if minor <= 33 else "removed"),
         "hit_length_cap": minor >= 33,
+        "hit_length_clamp": minor >= 34,
     }
 
 
@@ -283,17 +289,23 @@ class KVCacheManager:
         adopt_computed_tokens: bool = True,
         common_prefix_blocks: CommonPrefix = "deprecated",
         hit_length_cap: bool = True,
+        hit_length_clamp: bool = False,
     ) -> None:
         """Pre: positive sizes, ``watermark >= 0``, known variant values (``InvalidArgument``)."""
         if block_size < 1 or max_model_len < 1 or watermark < 0:
             raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
-        if free_order not in FREE_ORDERS or common_prefix_blocks not in ("count", "deprecated"):
+        if free_order not in FREE_ORDERS or common_prefix_blocks not in (
+            "count",
+            "deprecated",
+            "removed",
+        ):
             raise InvalidArgument(f"unknown variant value {free_order!r}/{common_prefix_blocks!r}")
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.adopt_computed_tokens = adopt_computed_tokens
         self.common_prefix_blocks: CommonPrefix = common_prefix_blocks
+        self.hit_length_clamp = hit_length_clamp
         self.hit_length_cap = hit_length_cap
         self.block_pool = BlockPool(
             num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
@@ -328,6 +340,8 @@ class KVCacheManager:
         if not self.enable_caching or request.skip_reading_prefix_cache:
             return self.empty_kv_cache_blocks, 0, 0
         limit = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
+        if self.hit_length_clamp:  # 0.34: an explicit bound only lowers the default one
+            limit = min(limit, request.num_tokens - 1)
         hits = self._single.find_longest_cache_hit(request.block_hashes, limit)
         return self.create_kv_cache_blocks((hits,)), len(hits) * self.block_size, 0
 
@@ -442,7 +456,9 @@ class KVCacheManager:
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
         """``[0]`` with caching off or in 0.32+; else the request's leading blocks shared by
-        every request holding blocks (quirk *common-prefix-creates-entry*)."""
+        every request holding blocks (quirk *common-prefix-creates-entry*). Gone in 0.34."""
+        if self.common_prefix_blocks == "removed":
+            raise InvalidArgument("get_num_common_prefix_blocks() does not exist in 0.34")
         if self.common_prefix_blocks == "deprecated" or not self.enable_caching:
             return [0]
         return [self._single.get_num_common_prefix_blocks(running_request_id)]
@@ -509,8 +525,13 @@ def read_prefix_cache(manager: Any) -> PrefixCacheSnapshot:
         return str(label(key[:-4])) + (f"@{group}" if group else "")
 
     cached = []
-    for key, entry in pool.cached_block_hash_to_block._cache.items():
-        ids = tuple(entry) if isinstance(entry, dict) else (entry.block_id,)
+    index = pool.cached_block_hash_to_block
+    duplicates = getattr(index, "_dup_ids", {})  # 0.34: ids, not blocks, and duplicates apart
+    for key, entry in index._cache.items():
+        if isinstance(entry, int):
+            ids = tuple(duplicates.get(key, (entry,)))
+        else:
+            ids = tuple(entry) if isinstance(entry, dict) else (entry.block_id,)
         cached.append((str(key_label(key)), ids))
     blocks = pool.blocks
     queue = pool.free_block_queue
