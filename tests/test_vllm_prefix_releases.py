@@ -178,9 +178,9 @@ def test_the_release_variant_is_what_a_neighbouring_variant_is_not(upstream: Non
 def test_an_unknown_release_is_one_line_against_the_spec_and_runs_against_a_baseline(
     upstream: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """vLLM 0.34.0 (no r0.34 prefix-cache variant) or an unreleased revision: never checked as
-    another release without saying so."""
-    for version, nearest in (("0.99.0", "r0.33"), ("0.33.0+12.gabc1234", "r0.33")):
+    """A release newer than every variant, or an unreleased revision (past a release tag): never
+    checked as another release without saying so."""
+    for version, nearest in (("0.99.0", "r0.34"), ("0.33.0+12.gabc1234", "r0.33")):
         monkeypatch.setattr(vllm_prefix_adapter, "installed_version", lambda ns=None, v=version: v)
         assert main(["check", NAME, "--target", "vllm", "--inputs", "well-formed"]) == 2
         err = capsys.readouterr().err.strip()

@@ -36,6 +36,7 @@ from typing import Any
 
 from proofs.explorer.engine import Expander, _freeze, _state_invariants, peak_mb
 from proofs.explorer.set_clone import clone, cloner_ready, exact_dumps, exact_loads
+from stateful_tests.checker import SPEC
 from stateful_tests.lockstep import (
     Check,
     Divergence,
@@ -125,7 +126,7 @@ class Model:
     # pair_key() reads the snapshot only (no object): pairs are found by the snapshot's hash
     key_from_snapshot: bool = False
     # what the target is compared with (``--oracle`` / ``--baseline``; see use_reference)
-    reference: Any = None
+    reference: Any = SPEC
     spec_cls: Callable[..., Any]
 
     def __init__(
@@ -155,15 +156,15 @@ class Model:
         baseline whose future depends on state its snapshot leaves out is explored as the target
         is (the premise every target run already makes). What only the spec's contract promises
         is switched off: answering read-only calls from the snapshot."""
-        self.reference = reference
-        if reference is not None and reference.kind != "spec":
-            self.spec_cls = reference.cls_for(self.spec_cls, self.target_cls)
+        self.reference = SPEC if reference is None else reference
+        if self.reference.kind != "spec":
+            self.spec_cls = self.reference.cls_for(self.spec_cls, self.target_cls)
             self.spec_readonly_by_snapshot = False
 
     @property
     def role(self) -> str:
         """The reference side's name in messages (spec, baseline, copy)."""
-        return "spec" if self.reference is None else str(self.reference.role)
+        return str(self.reference.role)
 
     # --- to override
 
@@ -561,7 +562,7 @@ def _finish(
         model.trace_config(),
         steps,
         divergence,
-        oracle=None if model.reference is None else model.reference.to_json(),
+        oracle=None if model.reference.kind == "spec" else model.reference.to_json(),
     )
     document["explorer"] = {"bounds": model.bounds(), "shortest": True}
     violation = Violation(check, detail, len(steps))
