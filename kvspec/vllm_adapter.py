@@ -212,6 +212,9 @@ def _context_factory(ns: Namespace = PROCESS) -> Callable[[], Any]:
     return lambda: context(req_id=f"kvspec-{next(counter)}")
 
 
+_DRIVEN = ("lookup", "prepare_load", "complete_load", "prepare_store", "complete_store", "touch")
+
+
 def adapter_class(
     upstream: type,
     variant: str | None = None,
@@ -220,6 +223,12 @@ def adapter_class(
 ) -> type:
     """A kvspec-API class over the upstream manager class ``upstream``; ``variant`` is the
     kvspec variant of the release (``None``: no variant models ``version``)."""
+    missing = [name for name in _DRIVEN if not callable(getattr(upstream, name, None))]
+    if missing:  # 0.34.0 dropped touch(): accesses come with request token counts instead
+        raise TargetError(
+            f"vLLM {version or '?'}'s {upstream.__name__} lacks {', '.join(missing)}: an API "
+            "kvspec's offload adapter does not bridge (it bridges 0.28–0.33)"
+        )
     with_context = {
         name: _takes_context(getattr(upstream, name))
         for name in (

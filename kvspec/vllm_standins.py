@@ -4,7 +4,7 @@
 at run time, from the wheel you downloaded (``pip download vllm==0.33.0 --no-deps``) — into
 ``DEST/vllm/…`` and writes small import stand-ins of kvspec's own for everything else they import
 (config, logger, envs, platform, metrics, request, events, …), so that with ``PYTHONPATH=DEST``
-the release's real ``KVCacheManager`` / ``BlockPool`` (and CPU offload manager) import in seconds
+the release's real ``KVCacheManager`` / ``BlockPool`` and ``CPUOffloadingManager`` import in seconds
 on a machine without a GPU, with CPU torch and numpy only. ``kvspec … --target vllm`` then checks
 them (docs/vllm-kv-cache-manager.md §8, docs/vllm-releases.md §12). Nothing of upstream is ever part
 of kvspec: the tree is written to ``DEST`` only.
@@ -45,6 +45,19 @@ VERBATIM: tuple[str, ...] = (
     "vllm/utils/gc_utils.py",
     "vllm/utils/collection_utils.py",
     "vllm/v1/token_buffer.py",
+    # the CPU offload manager and its policies (--target vllm for vllm-arc / vllm-lru)
+    "vllm/v1/kv_offload/__init__.py",
+    "vllm/v1/kv_offload/base.py",
+    "vllm/v1/kv_offload/config.py",
+    "vllm/v1/kv_offload/cpu/__init__.py",
+    "vllm/v1/kv_offload/cpu/common.py",
+    "vllm/v1/kv_offload/cpu/manager.py",
+    "vllm/v1/kv_offload/cpu/policies/__init__.py",
+    "vllm/v1/kv_offload/cpu/policies/base.py",
+    "vllm/v1/kv_offload/cpu/policies/arc.py",
+    "vllm/v1/kv_offload/cpu/policies/lru.py",
+    "vllm/v1/kv_offload/cpu/policies/factory.py",
+    "vllm/v1/metrics/cache_hit_source.py",
 )
 
 _PACKAGES = (
@@ -58,6 +71,10 @@ _PACKAGES = (
     "vllm/v1/attention",
     "vllm/v1/attention/backends",
     "vllm/v1/hisparse",
+    "vllm/distributed/kv_transfer",
+    "vllm/distributed/kv_transfer/kv_connector",
+    "vllm/distributed/kv_transfer/kv_connector/v1",
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading",
 )
 
 STANDINS: dict[str, str] = {
@@ -198,6 +215,29 @@ def get_mm_features_in_window(mm_features, start, end):
 
 def tensor_data(tensor):
     return tensor.flatten().contiguous().view(-1).numpy().tobytes()
+''',
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py": '''"""kvspec stand-in: the
+offload connector's statistics record (only the manager's get_stats builds one; kvspec never asks)."""
+
+
+class OffloadingConnectorStats:
+    def __init__(self):
+        self.data = {}
+
+    def set_gauge(self, name, value):
+        self.data[name] = value
+
+    def observe_histogram(self, name, value):
+        self.data.setdefault(name, []).append(value)
+
+    def increase_counter(self, name, value=1):
+        self.data[name] = self.data.get(name, 0) + value
+''',
+    "vllm/v1/kv_hints.py": '''"""kvspec stand-in: the hints a ReqContext may carry (none sent)."""
+
+
+class KvHintsEnvelope:
+    pass
 ''',
     "vllm/v1/metrics/stats.py": '''"""kvspec stand-in: statistics records (stats are off)."""
 from dataclasses import dataclass, field
