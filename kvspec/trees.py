@@ -17,8 +17,9 @@ state copies would no longer be in reach. A namespace is cheap and keeps all of 
 How a namespace works: the tree's top-level packages (``vllm``, ``sglang``, ``infinilm``) are
 imported as ``_kvspec_tree_N.vllm…``; every module of the tree gets its own ``__builtins__`` whose
 ``__import__`` sends absolute imports of those top-level names to the prefixed copy. Everything
-else (torch, numpy, the standard library, kvspec) is shared. ``importlib.import_module`` calls
-inside upstream code are not redirected; none of the modelled files makes one on kvspec's paths.
+else (torch, numpy, the standard library, kvspec) is shared, except that the tree's modules see
+an ``importlib`` whose ``import_module`` is redirected the same way (vLLM's cache-policy factory
+imports its policies by dotted name).
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ class TreeNamespace(Namespace):
         logging.getLogger(self.prefix).setLevel(logging.ERROR)
         self.builtins = dict(vars(builtins))
         self.builtins["__import__"] = self._import
+        # upstream's lazy registries (vLLM's cache-policy factory) import by dotted name: the
+        # tree's modules see an ``importlib`` whose import_module is the namespace's
+        self.importlib = types.ModuleType("importlib", importlib.__doc__)
+        self.importlib.__dict__.update(vars(importlib))
+        self.importlib.import_module = self._import_module  # type: ignore[attr-defined]
         sys.meta_path.insert(0, _TreeFinder(self))
 
     def _import(
@@ -132,12 +138,19 @@ class TreeNamespace(Namespace):
         fromlist: Sequence[str] | None = (),
         level: int = 0,
     ) -> Any:
+        if level == 0 and name == "importlib":
+            return self.importlib
         if level == 0 and name.partition(".")[0] in self.tops:
             module = builtins.__import__(f"{self.prefix}.{name}", globals, locals, fromlist, 0)
             if fromlist:
                 return module
             return sys.modules[f"{self.prefix}.{name.partition('.')[0]}"]
         return builtins.__import__(name, globals, locals, fromlist, level)
+
+    def _import_module(self, name: str, package: str | None = None) -> Any:
+        if name.startswith("."):
+            return importlib.import_module(name, package)
+        return self.import_module(name)
 
     def import_module(self, name: str) -> Any:
         if name.partition(".")[0] not in self.tops:
