@@ -192,6 +192,45 @@ def test_release_variants(cls: Manager) -> None:
     assert new.get_computed_blocks(Request("b", [1, 2, 3, 4, 5], 2), 2)[1] == 2
 
 
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
+def test_release_0_34(cls: Manager) -> None:
+    """0.34 clamps an explicit hit bound to ``num_tokens - 1`` and has no common-prefix count."""
+    for variant, hit in (("r0.33", 2), ("r0.34", 0)):
+        m = cls(6, 2, 16, **variant_keywords(variant))
+        admit(m, Request("a", [1, 2, 3], 2))
+        assert m.get_computed_blocks(Request("b", [1, 2], 2), 4)[1] == hit
+    gone = cls(6, 2, 16, **variant_keywords("r0.34"))
+    admit(gone, Request("a", [1, 2, 3], 2))
+    with pytest.raises(InvalidArgument, match="does not exist in 0.34"):
+        gone.get_num_common_prefix_blocks("a")
+
+
+def test_the_reader_reads_the_0_34_hash_index_layout() -> None:
+    """0.34's index maps hashes to block ids, duplicates apart: the snapshot is the same."""
+    m = SpecManager(8, 2, 16)
+    admit(m, Request("a", [1, 2, 3, 4], 2))
+    admit(m, Request("b", [5, 6, 7], 2))
+    before = read_prefix_cache(m)
+    index = m.block_pool.cached_block_hash_to_block
+    cache: dict[Any, Any] = index._cache
+    ids: dict[Any, int] = {}
+    dups: dict[Any, dict[int, None]] = {}
+    for key, entry in cache.items():
+        if isinstance(entry, dict):
+            ids[key] = next(iter(entry))
+            dups[key] = dict.fromkeys(entry)
+        else:
+            ids[key] = entry.block_id
+    first = next(iter(ids))
+    dups[first] = {ids[first]: None, 7: None}  # a second block cached under one key
+    index._cache, index._dup_ids = ids, dups  # type: ignore[attr-defined]
+    after = read_prefix_cache(m)
+    expected = dict(before.cached)
+    label = [k for k, v in expected.items() if v[0] == ids[first]][0]
+    expected[label] = (ids[first], 7)
+    assert dict(after.cached) == expected
+
+
 # ----------------------------------------------------------------------------- the checkers
 def test_check_impl_passes_and_reaches_the_paths() -> None:
     ci = settings(profiles.get("ci"), max_examples=40)
