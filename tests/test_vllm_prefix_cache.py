@@ -201,7 +201,7 @@ def test_release_0_34(cls: Manager) -> None:
         assert m.get_computed_blocks(Request("b", [1, 2], 2), 4)[1] == hit
     gone = cls(6, 2, 16, **variant_keywords("r0.34"))
     admit(gone, Request("a", [1, 2, 3], 2))
-    with pytest.raises(InvalidArgument, match="does not exist in 0.34"):
+    with pytest.raises(InvalidArgument, match=r"does not exist in 0\.34"):
         gone.get_num_common_prefix_blocks("a")
 
 
@@ -226,7 +226,7 @@ def test_the_reader_reads_the_0_34_hash_index_layout() -> None:
     index._cache, index._dup_ids = ids, dups  # type: ignore[attr-defined]
     after = read_prefix_cache(m)
     expected = dict(before.cached)
-    label = [k for k, v in expected.items() if v[0] == ids[first]][0]
+    label = next(k for k, v in expected.items() if v[0] == ids[first])
     expected[label] = (ids[first], 7)
     assert dict(after.cached) == expected
 
