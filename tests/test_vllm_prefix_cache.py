@@ -223,7 +223,7 @@ def test_the_reader_reads_the_0_34_hash_index_layout() -> None:
             ids[key] = entry.block_id
     first = next(iter(ids))
     dups[first] = {ids[first]: None, 7: None}  # a second block cached under one key
-    index._cache, index._dup_ids = ids, dups  # type: ignore[attr-defined]
+    index._cache, index._dup_ids = ids, dups  # type: ignore[assignment, attr-defined]
     after = read_prefix_cache(m)
     expected = dict(before.cached)
     label = next(k for k, v in expected.items() if v[0] == ids[first])
