@@ -212,7 +212,8 @@ def _context_factory(ns: Namespace = PROCESS) -> Callable[[], Any]:
     return lambda: context(req_id=f"kvspec-{next(counter)}")
 
 
-_DRIVEN = ("lookup", "prepare_load", "complete_load", "prepare_store", "complete_store", "touch")
+# what every release has (0.34.0 dropped touch(): the checkers leave it out for r0.34)
+_DRIVEN = ("lookup", "prepare_load", "complete_load", "prepare_store", "complete_store")
 
 
 def adapter_class(
@@ -224,13 +225,13 @@ def adapter_class(
     """A kvspec-API class over the upstream manager class ``upstream``; ``variant`` is the
     kvspec variant of the release (``None``: no variant models ``version``)."""
     missing = [name for name in _DRIVEN if not callable(getattr(upstream, name, None))]
-    if missing:  # 0.34.0 dropped touch(): accesses come with request token counts instead
+    if missing:
         raise TargetError(
             f"vLLM {version or '?'}'s {upstream.__name__} lacks {', '.join(missing)}: an API "
-            "kvspec's offload adapter does not bridge (it bridges 0.28–0.33)"
+            "kvspec's offload adapter does not bridge (it bridges 0.28–0.34)"
         )
     with_context = {
-        name: _takes_context(getattr(upstream, name))
+        name: hasattr(upstream, name) and _takes_context(getattr(upstream, name))
         for name in (
             "lookup",
             "prepare_load",

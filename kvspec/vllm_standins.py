@@ -45,7 +45,7 @@ VERBATIM: tuple[str, ...] = (
     "vllm/utils/gc_utils.py",
     "vllm/utils/collection_utils.py",
     "vllm/v1/token_buffer.py",
-    # the CPU offload manager and its policies (--target vllm for vllm-arc / vllm-lru)
+    # the CPU offload manager and its policies (--target vllm for the offload components)
     "vllm/v1/kv_offload/__init__.py",
     "vllm/v1/kv_offload/base.py",
     "vllm/v1/kv_offload/config.py",

@@ -33,6 +33,7 @@ from spec.vllm.offload_manager import (
     read_offload_manager,
     read_policy,
 )
+from spec.vllm.releases import has_call
 from stateful_tests import vllm_offload
 from stateful_tests.lockstep import Check, Outcome
 from stateful_tests.vllm_offload import Config as OffloadConfig
@@ -363,6 +364,7 @@ class OffloadModel(Model):
         self.reader = lambda h: read_offload_manager(h.m)
         self.snapshot_checks = vllm_offload.SNAPSHOT_CHECKS
         self.state_invariants = vllm_offload.state_invariants(bounds.variant)
+        self.touch_api = has_call(bounds.variant, "touch")
         self.config = OffloadConfig(
             policy=self.options["policy"],
             variant=bounds.variant,
@@ -413,10 +415,11 @@ class OffloadModel(Model):
         add = out.append
         for k in known + unknown[:1]:
             add(Edge("lookup", (k,), readonly=True))
-        for width in range(1, b.touch_width + 1):  # unknown keys are no-ops: one representative
+        # unknown keys are no-ops: one representative (0.34 has no touch at all)
+        for width in range(1, b.touch_width + 1 if self.touch_api else 1):
             for keys in itertools.permutations(known, width):
                 add(Edge("touch", (list(keys),)))
-        if unknown:
+        if unknown and self.touch_api:
             add(Edge("touch", ([unknown[0]],), readonly=True))
         for width in range(1, b.store_width + 1):
             for keys in itertools.permutations(known + fresh, width):

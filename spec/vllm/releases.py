@@ -51,9 +51,25 @@ RELEASES: dict[str, dict[str, Any]] = {
     "0.31": _R31,
     "0.32": _R31,  # API only: get_load_source
     "0.33": {**_R31, "failed_store_event": True},
+    # API only: touch() is gone from the manager and its policies; the per-request
+    # "counted once" rule of store offers needs a request seen twice, which kvspec's calls
+    # (a fresh request context each) never are
+    "0.34": {**_R31, "failed_store_event": True},
 }
 """Release (major.minor) -> the constructor keywords of its behaviour. ``arc_*`` keywords are
 ignored by LRU and ``lru`` by ARC."""
+
+
+REMOVED_CALLS: dict[str, tuple[str, ...]] = {"0.34": ("touch",)}
+"""Release -> the manager methods it no longer has (the checkers do not call them)."""
+
+
+def has_call(variant: str | None, method: str) -> bool:
+    """Whether the release behind ``variant`` (``rX.Y``; any other variant: the #50992 state)
+    still has ``method``."""
+    if not variant or not variant.startswith("r"):
+        return True
+    return method not in REMOVED_CALLS.get(variant[1:], ())
 
 
 def release_keywords(policy: str, release: str) -> dict[str, Any]:
