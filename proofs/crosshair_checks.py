@@ -27,8 +27,9 @@ budget a run repeats itself (short of per-path timeouts under heavy load); a lar
 explores a superset. Budgets are measured, not guessed: at CrossHair's default (5 uninteresting
 iterations) diffbehavior misses five of the nine planted reclamation/admission/counter bugs below
 and one of the four planted ARC bugs (the restarted iterator, which needs three victims; all four
-are found from 10 on); at ``PLANTED_BUDGET`` (25) it finds all thirteen, and the real pairs run at
-four times that. ``--budget-scale`` multiplies budgets and timeouts.
+are found from 10 on); at ``PLANTED_BUDGET`` (25) it finds all thirteen but one (the bound that
+ignores free pages needs 30 on crosshair-tool 0.0.114, and runs at 35), and the real pairs run at
+four times the largest budget of the planted variants of their kernel. ``--budget-scale`` multiplies budgets and timeouts.
 
 Planted checks (``PLANTED``) run the same commands on the kernels of
 :mod:`proofs.crosshair_mutants`; their ``expect`` is the finding, so a planted check passes when
@@ -142,7 +143,7 @@ CHECKS: tuple[Check, ...] = (
         "reclaim-bounded-vs-legacy",
         "diffbehavior",
         (f"{_P}.legacy_reclaim_on_pages", f"{_P}.try_free_blocks_on_pages"),
-        budget=100,
+        budget=140,  # four times its planted variants' largest budget
         about="PR #578: the impl's try_free_blocks (bounded scan, inlined) evicts the pages "
         "legacy's full scan evicts",
         quick=True,
@@ -254,12 +255,14 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def _planted(name: str, against: str, mutant: str, about: str) -> Check:
+def _planted(
+    name: str, against: str, mutant: str, about: str, budget: int | None = None
+) -> Check:
     return Check(
         f"planted-{name}",
         "diffbehavior",
         (against, f"{_M}.{mutant}"),
-        budget=PLANTED_BUDGET,
+        budget=PLANTED_BUDGET if budget is None else budget,
         about=about,
         expect="found",
     )
@@ -281,6 +284,8 @@ PLANTED: tuple[Check, ...] = (
         _RECLAIM_LEGACY,
         "reclaim_limit_ignores_free",
         "bound = required, not the deficit",
+        # crosshair-tool 0.0.114 misses it at 25 (found from 30 on, measured 2026-12-07)
+        budget=35,
     ),
     _planted(
         "reclaim-result-before-eviction",
