@@ -81,6 +81,12 @@ def add_parser(subparsers: Any) -> None:
     from kvspec.runs import oracle_options
 
     oracle_options(p)
+    p.add_argument(
+        "--scope",
+        help="a named product of configurations (option values) explored one after the other: "
+        "base (the default: the component's default bounds), default (each option the base "
+        "leaves off, on a small configuration, then the base)",
+    )
     p.add_argument("--depth", type=int, help="stop after N calls (default: until complete)")
     p.add_argument(
         "--max-states",
@@ -174,8 +180,10 @@ def explore_component(
     memo: bool = True,
     backend: Callable[[], Any] | None = None,
     reference: Any = None,
+    scope: str | None = None,
 ) -> Any:
-    """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given);
+    """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given) over
+    the configurations of ``scope`` (``None``: ``base``);
     ``backend``: a factory of the workers' backend (default: forked local processes);
     ``reference``: what the target is compared with (default: the spec)."""
     from proofs import explorer
@@ -201,6 +209,7 @@ def explore_component(
         memo=memo,
         backend=backend,
         reference=reference,
+        scope=scope,
     )
 
 
@@ -234,6 +243,12 @@ def cmd_explore(args: argparse.Namespace) -> int:
     try:  # bounds first: a bad bound is a usage error even before the target loads
         for v in chosen:
             explorer.make_bounds(bounds_cls, v, overrides, component=comp.name)
+        if args.scope is not None:
+            for _, values in explorer.configurations(bounds_cls, args.scope, component=comp.name):
+                rest = {k: x for k, x in values.items() if k != "variant"}
+                explorer.make_bounds(
+                    bounds_cls, chosen[0], {**rest, **overrides}, component=comp.name
+                )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     from kvspec.runs import setup
@@ -270,6 +285,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
                 memo=args.memo,
                 backend=backend,
                 reference=reference,
+                scope=args.scope,
             )
     except explorer.ExplorerUnsupported as exc:
         raise UsageError(str(exc)) from None
@@ -311,11 +327,22 @@ def _print(document: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"explore {document['component']} vs {document['target']}")
-    columns = ("variant", "states", "edges", "depth", "seconds", "states/s", "edges/s", "peak MB")
+    columns = (
+        "configuration",
+        "variant",
+        "states",
+        "edges",
+        "depth",
+        "seconds",
+        "states/s",
+        "edges/s",
+        "peak MB",
+    )
     for column in (*columns, "complete"):
         table.add_column(column, justify="right")
     for r in document["runs"]:
         table.add_row(
+            r.get("configuration") or "-",
             r["variant"] or "-",
             f"{r['distinct_states']:,}",
             f"{r['edges']:,}",
@@ -329,6 +356,7 @@ def _print(document: dict[str, Any]) -> None:
     OUT.print(table)
     bounds = ", ".join(f"{k}={v}" for k, v in document["bounds"].items())
     OUT.print(f"bounds: {bounds}")
+    _print_coverage(document.get("coverage"))
     for r in document["runs"]:
         OUT.print(f"{r['variant'] or document['component']}: {r['message']}")
     if document.get("plot"):
@@ -351,6 +379,24 @@ def _print(document: dict[str, Any]) -> None:
         f"{document['workers']} worker{'s' if document['workers'] > 1 else ''})"
         + ("" if document["complete"] or document["violations"] else " — INCOMPLETE")
     )
+
+
+def _print_coverage(cov: dict[str, Any] | None) -> None:
+    """What the run covered: the scope, its configurations (those a stop left out named), each
+    option dimension's values and the operations no state offered."""
+    if not cov:
+        return
+    left = [c["name"] for c in cov["configurations"] if not c["explored"]]
+    names = ", ".join(c["name"] for c in cov["configurations"])
+    OUT.print(
+        f"scope {cov['scope']}: configurations {names}"
+        + (f" [yellow](not reached: {', '.join(left)})[/]" if left else "")
+    )
+    dims = "; ".join(f"{d}={'/'.join(str(v) for v in vs)}" for d, vs in cov["dimensions"].items())
+    if dims:
+        OUT.print(f"option values covered: {dims}")
+    unreached = cov["unreached_operations"]
+    OUT.print("operations never reached: " + (", ".join(unreached) if unreached else "none"))
 
 
 def verify_stage(quick: bool = False) -> tuple[str, str]:

@@ -29,7 +29,8 @@ iterations) diffbehavior misses five of the nine planted reclamation/admission/c
 and one of the four planted ARC bugs (the restarted iterator, which needs three victims; all four
 are found from 10 on); at ``PLANTED_BUDGET`` (25) it finds all thirteen but one (the bound that
 ignores free pages needs 30 on crosshair-tool 0.0.114, and runs at 35), and the real pairs run at
-four times the largest budget of the planted variants of their kernel. ``--budget-scale`` multiplies budgets and timeouts.
+four times the largest budget of the planted variants of their kernel. ``--budget-scale``
+multiplies budgets and timeouts.
 
 Planted checks (``PLANTED``) run the same commands on the kernels of
 :mod:`proofs.crosshair_mutants`; their ``expect`` is the finding, so a planted check passes when
@@ -255,9 +256,7 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def _planted(
-    name: str, against: str, mutant: str, about: str, budget: int | None = None
-) -> Check:
+def _planted(name: str, against: str, mutant: str, about: str, budget: int | None = None) -> Check:
     return Check(
         f"planted-{name}",
         "diffbehavior",

@@ -28,7 +28,15 @@ Every name is re-exported here: ``from proofs.explorer import X`` is the public 
 
 from __future__ import annotations
 
-from proofs.explorer.entry import Exploration, bound_names, make_bounds, run
+from proofs.explorer.entry import (
+    Exploration,
+    bound_names,
+    configurations,
+    dimensions,
+    make_bounds,
+    run,
+    scopes,
+)
 from proofs.explorer.model_block_manager import (
     PIN,
     REQUEST,
@@ -91,6 +99,8 @@ __all__ = [
     "clone",
     "clone_set",
     "cloner_ready",
+    "configurations",
+    "dimensions",
     "exact_dumps",
     "exact_loads",
     "explore",
@@ -99,6 +109,7 @@ __all__ = [
     "rebuild_set",
     "rejected",
     "run",
+    "scopes",
     "set_layout",
     "set_state",
 ]

@@ -81,6 +81,8 @@ class Expander:
         )
         self.last_hash = 0  # hash(run.after) of the last judged run (judge)
         self.edges = self.executed = self.dropped = self.expanded = 0
+        # the operations some expanded state offered (the scope report's reached rows)
+        self.methods: set[str] = set()
 
     # ------------------------------------------------------------------ pairs
     def pair(self, spec: Any, target: Any, snap: Any, snap_hash: int | None = None) -> int:
@@ -166,6 +168,7 @@ class Expander:
         rows = [
             (i, e, e.ident if keyed else -1) for i, e in enumerate(edges) if not (skip and e.bad)
         ]
+        self.methods.update(e.method for _, e, _ in rows)
         if model.edges_from_snapshot:
             self.edge_cache[key] = (edges, rows)
         return edges, rows

@@ -25,6 +25,32 @@ def bound_names(bounds_cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(bounds_cls) if f.name != "variant")
 
 
+Configuration = tuple[str, Mapping[str, Any]]
+
+
+def scopes(bounds_cls: type) -> dict[str, tuple[Configuration, ...]]:
+    """The named scopes of a bounds class: each a tuple of ``(name, bound values)``
+    configurations, explored one after the other (``SCOPES``; ``default`` is what ``kvspec
+    explore`` runs without ``--scope``). A class without ``SCOPES`` has one: its defaults."""
+    found: dict[str, tuple[Configuration, ...]] = dict(getattr(bounds_cls, "SCOPES", {}))
+    found.setdefault("default", (("base", {}),))
+    found.setdefault("base", (("base", {}),))
+    return found
+
+
+def configurations(bounds_cls: type, scope: str, *, component: str) -> tuple[Configuration, ...]:
+    """The configurations of ``scope`` (``ValueError`` naming the scopes there are)."""
+    known = scopes(bounds_cls)
+    if scope not in known:
+        raise ValueError(f"{component} has no scope {scope!r} (scopes: {', '.join(sorted(known))})")
+    return known[scope]
+
+
+def dimensions(bounds_cls: type) -> tuple[str, ...]:
+    """The option dimensions a report lists the covered values of (``DIMENSIONS``)."""
+    return tuple(getattr(bounds_cls, "DIMENSIONS", ()))
+
+
 def make_bounds(
     bounds_cls: type, variant: str, overrides: Mapping[str, Any], *, component: str
 ) -> Any:
@@ -54,6 +80,32 @@ class Exploration:
     component: str
     target: str
     runs: list[tuple[str, ExploreResult]] = field(default_factory=list)
+    scope: str = "default"
+    # parallel to ``runs``: the configuration each search ran
+    configs: list[str] = field(default_factory=list)
+    # the scope's configurations (name, bound values) and the dimensions reported
+    planned: tuple[Configuration, ...] = ()
+    dimensions: tuple[str, ...] = ()
+    operations: tuple[str, ...] = ()  # every operation the model can offer
+
+    def coverage(self) -> dict[str, Any]:
+        """What this run explored: the scope, its configurations (and those a stop left out),
+        each dimension's values covered, and the operations no expanded state offered."""
+        ran = set(self.configs)
+        values: dict[str, set[Any]] = {d: set() for d in self.dimensions}
+        for _, r in self.runs:
+            for d in self.dimensions:
+                if d in r.bounds:
+                    values[d].add(r.bounds[d])
+        reached = {m for _, r in self.runs for m in r.operations}
+        return {
+            "scope": self.scope,
+            "configurations": [
+                {"name": n, "bounds": dict(b), "explored": n in ran} for n, b in self.planned
+            ],
+            "dimensions": {d: sorted(v, key=repr) for d, v in values.items()},
+            "unreached_operations": [op for op in self.operations if op not in reached],
+        }
 
     @property
     def passed(self) -> bool:
@@ -64,10 +116,13 @@ class Exploration:
         depths = [r.states_per_depth for r in results]  # summed over the variants' searches
         seconds = sum(r.seconds for r in results)
         states = sum(r.distinct_states for r in results)
+        # the bounds every search shared (a scope's configurations differ in the others)
         bounds = dict(results[0].bounds) if results else {}
-        if "variant" in bounds:
-            del bounds["variant"]
-            bounds["variants"] = [v for v, _ in self.runs]
+        for r in results[1:]:
+            bounds = {k: v for k, v in bounds.items() if r.bounds.get(k) == v}
+        bounds.pop("variant", None)
+        if results and "variant" in results[0].bounds:
+            bounds["variants"] = list(dict.fromkeys(v for v, _ in self.runs))
         violations = [
             {"variant": v or None, **x.to_json()} for v, r in self.runs for x in r.violations
         ]
@@ -90,7 +145,11 @@ class Exploration:
             "states_per_depth": [sum(col) for col in zip_longest(*depths, fillvalue=0)],
             "complete": bool(results) and all(r.complete for r in results),
             "violations": violations,
-            "runs": [{"variant": v or None, **r.to_json()} for v, r in self.runs],
+            "coverage": self.coverage(),
+            "runs": [
+                {"variant": v or None, "configuration": c, **r.to_json()}
+                for (v, r), c in zip(self.runs, self.configs, strict=True)
+            ],
         }
 
 
@@ -114,29 +173,45 @@ def run(
     memo: bool = True,
     backend: Callable[[], Any] | None = None,
     reference: Any = None,
+    scope: str | None = None,
 ) -> Exploration:
-    """Explore ``component`` against ``target_cls`` once per variant of ``variants`` (``[""]`` for
-    a component without variants), stopping after the first variant that fails. The models are
-    built (and their bounds validated) before the first search starts. ``workers``: processes per
-    search, each search on a new ``backend()`` (default: forked local processes); ``memo=False``:
-    run every edge (no remembered transitions)."""
-    out = Exploration(component, target)
-    models = [
-        (
-            v,
-            model_cls(
-                component,
-                target_cls,
-                target,
-                make_bounds(bounds_cls, v, overrides or {}, component=component),
-                options,
-            ),
-        )
-        for v in variants
-    ]
-    for _, model in models:
+    """Explore ``component`` against ``target_cls``: for each configuration of ``scope`` (see
+    :func:`scopes`; ``None``: ``base``, the component's default bounds; ``overrides`` win over
+    its values), once per variant of ``variants``
+    (``[""]`` for a component without variants), stopping after the first search that fails or
+    at ``deadline``. Configurations that ``overrides`` make equal run once. The models are built
+    (and their bounds validated) before the first search starts. ``workers``: processes per
+    search, each search on a new ``backend()`` (default: forked local processes);
+    ``memo=False``: run every edge (no remembered transitions)."""
+    if scope is None:  # the product is opt-in until its cost fits verify and CI (issue 30)
+        scope = "base"
+    planned = configurations(bounds_cls, scope, component=component)
+    out = Exploration(
+        component,
+        target,
+        scope=scope,
+        planned=planned,
+        dimensions=dimensions(bounds_cls),
+        operations=tuple(getattr(model_cls, "operations", ())),
+    )
+    models: list[tuple[str, str, Any]] = []
+    seen: list[Any] = []
+    for name, values in planned:
+        # a configuration pinned to one variant runs once when several are explored
+        pinned = values.get("variant")
+        values = {k: x for k, x in values.items() if k != "variant"}
+        runs = [pinned] if isinstance(pinned, str) and pinned in variants else variants
+        for v in runs if len(variants) > 1 else variants:
+            bounds = make_bounds(
+                bounds_cls, v, {**values, **(overrides or {})}, component=component
+            )
+            if bounds in seen:
+                continue
+            seen.append(bounds)
+            models.append((name, v, model_cls(component, target_cls, target, bounds, options)))
+    for _, _, model in models:
         model.use_reference(reference)
-    for v, model in models:
+    for name, v, model in models:
         report = None if progress is None else (lambda s, e, d, v=v: progress(v, s, e, d))
         result = explore(
             model,
@@ -151,6 +226,7 @@ def run(
             backend=backend,
         )
         out.runs.append((v, result))
+        out.configs.append(name)
         if not result.passed or (deadline is not None and time.perf_counter() > deadline):
             break
     return out

@@ -48,6 +48,13 @@ class BlockManagerBounds:
     queries: bool = True
     layout_classes: bool = True
 
+    # pages of one token (every token completes a page), then the base (pages of two tokens);
+    # the small option configurations run first, so a deadline-bound run reaches each of them
+    SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
+        "default": (("block-size-1", {"block_size": 1, "pages": 3, "tokens": 3}), ("base", {})),
+    }
+    DIMENSIONS: ClassVar[tuple[str, ...]] = ("block_size",)
+
     HELP: ClassVar[dict[str, str]] = {
         "pages": "pages in the pool (at most 8)",
         "block_size": "tokens per page",
@@ -252,6 +259,22 @@ def _with(gen: tuple[Holder, ...], old: Holder | None, new: Holder | None) -> tu
 
 class BlockManagerModel(Model):
     """The block-manager alphabet (mirrors ``stateful_tests.infinilm_block_manager.Driver``)."""
+
+    # every method of the alphabet (docs/targets.md), for the report of those never reached
+    operations = (
+        "allocate_slots",
+        "append_slot",
+        "append_slots",
+        "can_allocate",
+        "free_blocks",
+        "get_computed_blocks",
+        "get_num_free_blocks",
+        "get_total_usable_blocks",
+        "publish_computed_blocks",
+        "truncate_blocks",
+        "try_free_blocks",
+        "update_blocks_slot",
+    )
 
     memo = True  # pair_key is the whole state of both sides (_whole)
     edges_from_snapshot = True

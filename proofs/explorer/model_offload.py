@@ -47,7 +47,9 @@ class OffloadBounds:
     ``store_width`` distinct keys, ``touch`` of up to ``touch_width``; at most ``max_loads``
     concurrent loads per block. ``symmetry``: keys are opaque to every policy, so states equal up to
     a renaming of keys are explored once (and fresh keys are taken in order). ``block_symmetry``:
-    so are the block ids handed out so far (:func:`_relabel_blocks`)."""
+    so are the block ids handed out so far (:func:`_relabel_blocks`). ``store_threshold``: a key is
+    stored once offered (or looked up, by release) that many times, counted by an access tracker
+    of ``tracker`` keys (1: no tracker)."""
 
     variant: str = ""
     capacity: int = 3
@@ -58,8 +60,23 @@ class OffloadBounds:
     bad_inputs: bool = True
     symmetry: bool = True
     block_symmetry: bool = True
+    store_threshold: int = 1
+    tracker: int = 8
+
+    # the access tracker (threshold 2, a tracker smaller than the key alphabet, so it also drops
+    # counts) at a smaller capacity, then the base, each for every variant (small option
+    # configurations first, so a deadline-bound run reaches each)
+    SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
+        "default": (
+            ("store-threshold", {"store_threshold": 2, "tracker": 3, "capacity": 2, "keys": 4}),
+            ("base", {}),
+        ),
+    }
+    DIMENSIONS: ClassVar[tuple[str, ...]] = ("variant", "store_threshold", "tracker", "capacity")
 
     HELP: ClassVar[dict[str, str]] = {
+        "store_threshold": "offers (or lookups) before a key is stored (1: no access tracker)",
+        "tracker": "max_tracker_size: keys the access tracker counts at once",
         "capacity": "CPU blocks",
         "keys": "key alphabet size",
         "store_width": "keys per prepare_store",
@@ -80,6 +97,8 @@ class OffloadBounds:
                 ("store_width", 1, 6),
                 ("touch_width", 1, 6),
                 ("max_loads", 1, 4),
+                ("store_threshold", 1, 4),
+                ("tracker", 1, 16),
             ),
         )
 
@@ -345,6 +364,17 @@ def _hidden(h: Any) -> Hashable | None:
 class OffloadModel(Model):
     """The offload manager alphabet for one policy variant (ARC or LRU)."""
 
+    # every method of the alphabet (docs/targets.md), for the report of those never reached
+    operations = (
+        "complete_load",
+        "complete_store",
+        "lookup",
+        "prepare_load",
+        "prepare_store",
+        "reset_cache",
+        "touch",
+    )
+
     key_from_snapshot = True  # key() reads the snapshot only
 
     def clone(self, obj: Any) -> Any:
@@ -371,8 +401,8 @@ class OffloadModel(Model):
             num_blocks=bounds.capacity,
             num_keys=bounds.keys,
             enable_events=False,
-            store_threshold=1,
-            max_tracker_size=8,
+            store_threshold=bounds.store_threshold,
+            max_tracker_size=bounds.tracker,
         )
 
     def initial(self) -> tuple[Any, Any, Any]:

@@ -36,7 +36,9 @@ class PrefixCacheBounds:
     tokens, ``max_model_len`` tokens per request, at most ``requests`` requests over the whole run
     with prompts of 1..``prompt_tokens`` tokens from ``0..vocab-1``, sampled tokens from
     ``0..gen_vocab-1``; token budgets 1 and unlimited (and 0, adopting hits only); admissions with
-    ``full_sequence_must_fit`` and with one reserved block."""
+    ``full_sequence_must_fit`` and with one reserved block. ``caching``: the manager's
+    ``enable_caching``; ``lookahead``: schedule steps also reserve that many lookahead (speculative)
+    slots (0: none)."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -47,8 +49,34 @@ class PrefixCacheBounds:
     vocab: int = 2
     gen_vocab: int = 1
     bad_inputs: bool = True
+    caching: bool = True
+    lookahead: int = 0
+
+    # The default scope is a small product: caching off and lookahead slots at the length cap (one
+    # variant each: the option, not the variant, is what they add), then the base for every
+    # variant; small configurations first, so a deadline-bound run reaches each. ``variant`` pins
+    # a configuration to one variant when several are explored.
+    SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
+        "default": (
+            ("caching-off", {"caching": False, "variant": "unhashed_first"}),
+            (
+                "lookahead",
+                {
+                    "lookahead": 1,
+                    "blocks": 5,
+                    "max_model_len": 3,
+                    "requests": 1,
+                    "variant": "unhashed_first",
+                },
+            ),
+            ("base", {}),
+        ),
+    }
+    DIMENSIONS: ClassVar[tuple[str, ...]] = ("variant", "caching", "lookahead", "block_size")
 
     HELP: ClassVar[dict[str, str]] = {
+        "caching": "enable_caching (prefix caching on)",
+        "lookahead": "lookahead (speculative) slots a schedule step may also reserve",
         "blocks": "blocks in the pool, the null block included",
         "block_size": "tokens per block",
         "max_model_len": "tokens per request at most",
@@ -70,6 +98,7 @@ class PrefixCacheBounds:
                 ("prompt_tokens", 1, 8),
                 ("vocab", 1, 3),
                 ("gen_vocab", 1, 3),
+                ("lookahead", 0, 4),
             ),
         )
         if self.prompt_tokens >= self.max_model_len:
@@ -95,6 +124,23 @@ class Gen(NamedTuple):
 class PrefixCacheModel(Model):
     """Scheduler events over a spec harness and a target harness."""
 
+    # every method of the alphabet (docs/targets.md), for the report of those never reached
+    operations = (
+        "abort",
+        "add_request",
+        "allocate_slots",
+        "evict_blocks",
+        "finish",
+        "finish_deferred",
+        "free",
+        "free_blocks",
+        "get_computed_blocks",
+        "get_num_common_prefix_blocks",
+        "preempt",
+        "reset_prefix_cache",
+        "schedule",
+    )
+
     def __init__(
         self,
         component: str,
@@ -118,6 +164,7 @@ class PrefixCacheModel(Model):
             vocab=b.vocab,
             max_requests=b.requests,
             enable_kv_cache_events=False,
+            enable_caching=b.caching,
         )
         self.prompts = [
             p
@@ -187,6 +234,8 @@ class PrefixCacheModel(Model):
                 for token in range(b.gen_vocab if budget else 1):
                     then = self._scheduled(g, r, budget, token)
                     add(Edge("schedule", (r.rid, budget, token), then))
+                    if b.lookahead and budget:
+                        add(Edge("schedule", (r.rid, budget, token, b.lookahead), then))
             if waiting:  # a first chunk whose whole sequence must fit; one block kept back
                 add(Edge("schedule", (r.rid, 1, 0, 0, 0, True, 0), self._scheduled(g, r, 1, 0)))
                 add(Edge("schedule", (r.rid, 64, 0, 0, 0, False, 1), self._scheduled(g, r, 64, 0)))

@@ -58,6 +58,27 @@ class SchedulerBounds:
     soundness: bool = False
     forget_finished: bool = True
 
+    # each engine option the base leaves off (prefix caching off, a PD connector, draft tokens) on
+    # a smaller pool and run, for the default variant, then the base for every variant
+    SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
+        "default": (
+            (
+                "no-prefix-caching",
+                {"prefix_caching": False, "requests": 2, "pages": 3, "variant": "legacy"},
+            ),
+            ("connector", {"connector": True, "pages": 3, "variant": "legacy"}),
+            ("speculation", {"speculation": True, "requests": 2, "pages": 3, "variant": "legacy"}),
+            ("base", {}),
+        ),
+    }
+    DIMENSIONS: ClassVar[tuple[str, ...]] = (
+        "variant",
+        "prefix_caching",
+        "connector",
+        "speculation",
+        "block_size",
+    )
+
     HELP: ClassVar[dict[str, str]] = {
         "pages": "pages in the pool (at most 8)",
         "block_size": "tokens per page",
@@ -247,6 +268,15 @@ def _clone_scheduler(s: Any, connector: Any, memo: dict[int, Any]) -> Any:
 
 class SchedulerModel(Model):
     """Engine events over a spec harness and a target harness (mirrors the scheduler Driver)."""
+
+    # every method of the alphabet (docs/targets.md), for the report of those never reached
+    operations = (
+        "abort",
+        "add_request",
+        "can_accept_request",
+        "connector_events",
+        "step",
+    )
 
     def clone(self, obj: Any) -> Any:
         """The generic exact :func:`clone`, unrolled for a harness: its frozen config and request

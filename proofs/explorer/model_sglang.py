@@ -45,6 +45,19 @@ class RadixCacheBounds:
     max_len: int = 3
     bad_inputs: bool = True
 
+    # pages of two slots (page alignment, partial last pages) on a smaller pool, for the default
+    # variant, then the base for every variant
+    SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
+        "default": (
+            (
+                "page-size-2",
+                {"page_size": 2, "pages": 2, "requests": 2, "live": 1, "variant": "lru"},
+            ),
+            ("base", {}),
+        ),
+    }
+    DIMENSIONS: ClassVar[tuple[str, ...]] = ("variant", "page_size")
+
     HELP: ClassVar[dict[str, str]] = {
         "pages": "KV pages in the pool (page 0 not counted)",
         "page_size": "slots per page",
@@ -83,6 +96,19 @@ class Gen(NamedTuple):
 
 class RadixCacheModel(Model):
     """Scheduler events over a spec harness and a target harness."""
+
+    # every method of the alphabet (docs/targets.md), for the report of those never reached
+    operations = (
+        "abort",
+        "admit",
+        "checkpoint",
+        "decode",
+        "evict",
+        "finish",
+        "free",
+        "match",
+        "unlock_again",
+    )
 
     def __init__(
         self,

@@ -317,6 +317,7 @@ class _Worker:
             rss,
             self.transferred,
             self.replayed,
+            sorted(exp.methods),
         )
 
 
@@ -425,6 +426,7 @@ def explore_layers(
             result.peak_memory_mb = sum(r[6] for r in oks) + peak_mb()
             result.transferred_states = sum(r[7] for r in oks)
             result.replayed_paths = sum(r[8] for r in oks)
+            result.operations = sorted({m for r in oks for m in r[9]})
             result.distinct_states = totals[0]
             if totals[1]:
                 result.max_depth = layer + 1

@@ -113,6 +113,8 @@ class Model:
     """A component's alphabet, checks and trace format (one subclass per component)."""
 
     checker: Any = None  # the component's CheckerDef: replays a counterexample
+    # every method the alphabet can call (docs/targets.md): a report names those never reached
+    operations: tuple[str, ...] = ()
     reader: Callable[[Any], Any]
     snapshot_checks: Mapping[str, str] = {}
     state_invariants: Mapping[str, Callable[[Any], str | None]] = {}
@@ -302,6 +304,8 @@ class ExploreResult:
     # distinct states first reached at each depth (index 0: the initial state); sums to
     # distinct_states. What kvspec explore --plot draws.
     states_per_depth: list[int] = field(default_factory=list)
+    # the operations (edge methods) offered by some expanded state, sorted
+    operations: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -334,6 +338,7 @@ class ExploreResult:
             "replayed_paths": self.replayed_paths,
             "reductions": self.reductions,
             "states_per_depth": self.states_per_depth,
+            "operations": self.operations,
             "complete": self.complete,
             "stopped_by": self.stopped_by,
             "message": self.message,
@@ -396,6 +401,7 @@ def explore(
     result.edges = result.edges or exp.edges  # the workers' sums, or this process's counts
     result.executed_calls = result.executed_calls or exp.executed
     result.dropped_edges = result.dropped_edges or exp.dropped
+    result.operations = sorted(set(result.operations) | exp.methods)
     result.peak_memory_mb = max(result.peak_memory_mb, peak_mb())
     if progress is not None:
         progress(result.distinct_states, result.edges, result.max_depth)
