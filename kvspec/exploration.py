@@ -241,14 +241,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
         overrides["bad_inputs"] = False
     chosen = [variant] if variant else list(comp.variants or ("",))
     try:  # bounds first: a bad bound is a usage error even before the target loads
-        for v in chosen:
-            explorer.make_bounds(bounds_cls, v, overrides, component=comp.name)
-        if args.scope is not None:
-            for _, values in explorer.configurations(bounds_cls, args.scope, component=comp.name):
-                rest = {k: x for k, x in values.items() if k != "variant"}
-                explorer.make_bounds(
-                    bounds_cls, chosen[0], {**rest, **overrides}, component=comp.name
-                )
+        explorer.plan(bounds_cls, args.scope or "base", chosen, overrides, component=comp.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     from kvspec.runs import setup

@@ -34,6 +34,7 @@ from proofs.explorer.entry import (
     configurations,
     dimensions,
     make_bounds,
+    plan,
     run,
     scopes,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "exact_loads",
     "explore",
     "make_bounds",
+    "plan",
     "rebuild",
     "rebuild_set",
     "rejected",

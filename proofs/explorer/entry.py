@@ -30,8 +30,8 @@ Configuration = tuple[str, Mapping[str, Any]]
 
 def scopes(bounds_cls: type) -> dict[str, tuple[Configuration, ...]]:
     """The named scopes of a bounds class: each a tuple of ``(name, bound values)``
-    configurations, explored one after the other (``SCOPES``; ``default`` is what ``kvspec
-    explore`` runs without ``--scope``). A class without ``SCOPES`` has one: its defaults."""
+    configurations, explored one after the other (``SCOPES``). ``base`` (its defaults) is what
+    ``kvspec explore`` runs without ``--scope``; a class without ``SCOPES`` has only that."""
     found: dict[str, tuple[Configuration, ...]] = dict(getattr(bounds_cls, "SCOPES", {}))
     found.setdefault("default", (("base", {}),))
     found.setdefault("base", (("base", {}),))
@@ -44,6 +44,31 @@ def configurations(bounds_cls: type, scope: str, *, component: str) -> tuple[Con
     if scope not in known:
         raise ValueError(f"{component} has no scope {scope!r} (scopes: {', '.join(sorted(known))})")
     return known[scope]
+
+
+def plan(
+    bounds_cls: type,
+    scope: str,
+    variants: Sequence[str],
+    overrides: Mapping[str, Any],
+    *,
+    component: str,
+) -> list[tuple[str, str, Any]]:
+    """``(configuration, variant, bounds)`` of each search ``scope`` makes over ``variants``, in
+    order, validated (``ValueError``): ``overrides`` win over a configuration's values, a
+    configuration pinned to one variant (its ``variant`` value) runs for that one when several
+    are explored, and configurations whose bounds come out equal run once."""
+    out: list[tuple[str, str, Any]] = []
+    seen: set[Any] = set()
+    for name, values in configurations(bounds_cls, scope, component=component):
+        pinned = values.get("variant")
+        rest = {k: x for k, x in values.items() if k != "variant"}
+        for v in [pinned] if isinstance(pinned, str) and pinned in variants else variants:
+            bounds = make_bounds(bounds_cls, v, {**rest, **overrides}, component=component)
+            if bounds not in seen:
+                seen.add(bounds)
+                out.append((name, v, bounds))
+    return out
 
 
 def dimensions(bounds_cls: type) -> tuple[str, ...]:
@@ -80,7 +105,7 @@ class Exploration:
     component: str
     target: str
     runs: list[tuple[str, ExploreResult]] = field(default_factory=list)
-    scope: str = "default"
+    scope: str = "base"
     # parallel to ``runs``: the configuration each search ran
     configs: list[str] = field(default_factory=list)
     # the scope's configurations (name, bound values) and the dimensions reported
@@ -185,30 +210,20 @@ def run(
     ``memo=False``: run every edge (no remembered transitions)."""
     if scope is None:  # the product is opt-in until its cost fits verify and CI (issue 30)
         scope = "base"
-    planned = configurations(bounds_cls, scope, component=component)
     out = Exploration(
         component,
         target,
         scope=scope,
-        planned=planned,
+        planned=configurations(bounds_cls, scope, component=component),
         dimensions=dimensions(bounds_cls),
         operations=tuple(getattr(model_cls, "operations", ())),
     )
-    models: list[tuple[str, str, Any]] = []
-    seen: list[Any] = []
-    for name, values in planned:
-        # a configuration pinned to one variant runs once when several are explored
-        pinned = values.get("variant")
-        values = {k: x for k, x in values.items() if k != "variant"}
-        runs = [pinned] if isinstance(pinned, str) and pinned in variants else variants
-        for v in runs if len(variants) > 1 else variants:
-            bounds = make_bounds(
-                bounds_cls, v, {**values, **(overrides or {})}, component=component
-            )
-            if bounds in seen:
-                continue
-            seen.append(bounds)
-            models.append((name, v, model_cls(component, target_cls, target, bounds, options)))
+    models = [
+        (name, v, model_cls(component, target_cls, target, bounds, options))
+        for name, v, bounds in plan(
+            bounds_cls, scope, variants, overrides or {}, component=component
+        )
+    ]
     for _, _, model in models:
         model.use_reference(reference)
     for name, v, model in models:
