@@ -29,10 +29,10 @@ class ThresholdOffByOne(ImplManager):
 
 
 def _explore(cls: Any, scope: str | None, **overrides: Any) -> Any:
-    # the tracker's counts grow without bound: a depth bound keeps the search finite
+    # no depth bound: count_saturation keeps the tracker's counts finite in the state key
     comp = components.get("vllm-lru")
     return cli_explore.explore_component(
-        comp, cls, "t", variants=["v2"], overrides={**TINY, **overrides}, scope=scope, depth=6
+        comp, cls, "t", variants=["v2"], overrides={**TINY, **overrides}, scope=scope
     )
 
 
@@ -84,6 +84,22 @@ def test_a_bug_behind_a_non_default_option_needs_the_scope() -> None:
     assert out.configs[-1] == "store-threshold"
 
 
+def test_default_offload_scope_runs_the_tracker_on_the_newest_release() -> None:
+    comp = components.get("vllm-lru")
+    out = cli_explore.explore_component(comp, ImplManager, "t", overrides=TINY, scope="default")
+    doc = out.to_json()
+    assert out.passed
+    runs = [(r["configuration"], r["variant"]) for r in doc["runs"]]
+    assert runs[0] == ("store-threshold", "r0.34")
+    assert 2 in doc["coverage"]["dimensions"]["store_threshold"]
+
+
+def test_count_saturation_is_a_reported_reduction() -> None:
+    out = _explore(ImplManager, "tracker")
+    first = out.to_json()["runs"][0]
+    assert first["reductions"]["count_saturation"] is True
+
+
 def test_unreached_operations_are_reported() -> None:
     # the r0.34 release has no touch(): its alphabet never offers it
     comp = components.get("vllm-lru")
@@ -95,7 +111,6 @@ def test_unreached_operations_are_reported() -> None:
 
 def test_cli_scope(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["explore", "vllm-lru", "--variant", "v2", "--capacity", "1", "--keys", "2"]
-    argv += ["--depth", "6"]
     assert main([*argv, "--scope", "tracker", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["coverage"]["scope"] == "tracker"

@@ -49,7 +49,9 @@ class OffloadBounds:
     a renaming of keys are explored once (and fresh keys are taken in order). ``block_symmetry``:
     so are the block ids handed out so far (:func:`_relabel_blocks`). ``store_threshold``: a key is
     stored once offered (or looked up, by release) that many times, counted by an access tracker
-    of ``tracker`` keys (1: no tracker)."""
+    of ``tracker`` keys (1: no tracker). ``count_saturation``: tracker counts above
+    ``store_threshold + 1`` are explored as ``store_threshold + 1`` (the spec reads a count only as
+    ``>= store_threshold``; the one extra value still tells a target's ``==`` from ``>=``)."""
 
     variant: str = ""
     capacity: int = 3
@@ -62,11 +64,26 @@ class OffloadBounds:
     block_symmetry: bool = True
     store_threshold: int = 1
     tracker: int = 8
+    count_saturation: bool = True
 
     # "tracker": the access tracker (threshold 2, a tracker smaller than the key alphabet, so it
-    # also drops counts) at a smaller capacity, then the base. Its counts grow without bound (the
-    # state key does not saturate them yet), so it needs --depth and is not the default scope.
+    # also drops counts) at a smaller capacity, then the base. Finite only with count_saturation
+    # (tracker counts grow without bound otherwise).
+    # "default": the tracker configuration on the newest release only (every release: "tracker")
     SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
+        "default": (
+            (
+                "store-threshold",
+                {
+                    "store_threshold": 2,
+                    "tracker": 3,
+                    "capacity": 2,
+                    "keys": 4,
+                    "variant": "r0.34",
+                },
+            ),
+            ("base", {}),
+        ),
         "tracker": (
             ("store-threshold", {"store_threshold": 2, "tracker": 3, "capacity": 2, "keys": 4}),
             ("base", {}),
@@ -86,6 +103,8 @@ class OffloadBounds:
         "symmetry": "symmetry reduction (states equal up to a renaming of keys explored once)",
         "block_symmetry": "block-id symmetry (states equal up to a renaming of issued block ids "
         "explored once)",
+        "count_saturation": "tracker counts above store-threshold + 1 explored as one value "
+        "(without it a tracker scope needs --depth)",
     }
 
     def validate(self) -> None:
@@ -103,7 +122,7 @@ class OffloadBounds:
         )
 
 
-def _relabel(snap: Any) -> tuple[Any, ...]:
+def _relabel(snap: Any, cap: int | None = None) -> tuple[Any, ...]:
     """``snap`` with keys renamed by first appearance (lists front to back, then blocks by id):
     equal for two states iff they are equal up to a renaming of keys (block ids kept)."""
     p = snap.policy
@@ -118,7 +137,12 @@ def _relabel(snap: Any) -> tuple[Any, ...]:
         tuple(tuple(names[k] for k in seq) for seq in lists),
         getattr(p, "target_t1_size", None),
     )
-    return (snap.num_allocated_blocks, snap.free_list, policy, *_renamed_extras(snap, names))
+    return (
+        snap.num_allocated_blocks,
+        snap.free_list,
+        policy,
+        *_renamed_extras(snap, names, cap),
+    )
 
 
 def _tracked(snap: Any) -> list[list[Any]]:
@@ -129,9 +153,12 @@ def _tracked(snap: Any) -> list[list[Any]]:
     return [*seqs, [k for k, _ in counts]] if counts else seqs
 
 
-def _renamed_extras(snap: Any, names: Mapping[Any, int]) -> tuple[Any, Any]:
-    """The pending events and the tracker with ``names`` applied to their keys."""
+def _renamed_extras(snap: Any, names: Mapping[Any, int], cap: int | None = None) -> tuple[Any, Any]:
+    """The pending events and the tracker with ``names`` applied to their keys (and the counts
+    capped at ``cap``, if given: ``count_saturation``)."""
     events, counts = snap.events, snap.counts
+    if counts and cap is not None:
+        counts = tuple((k, min(n, cap)) for k, n in counts)
     return (
         events and tuple((tuple(names[k] for k in keys), r) for keys, r in events),
         counts and tuple((names[k], n) for k, n in counts),
@@ -141,7 +168,7 @@ def _renamed_extras(snap: Any, names: Mapping[Any, int]) -> tuple[Any, Any]:
 _BLOCK_ID, _REF = itemgetter(0), itemgetter(2)
 
 
-def _relabel_blocks(snap: Any, rename_keys: bool = True) -> tuple[Any, ...]:
+def _relabel_blocks(snap: Any, rename_keys: bool = True, cap: int | None = None) -> tuple[Any, ...]:
     """``snap`` with its *issued* block ids (``< num_allocated_blocks``) renamed, and its keys too
     if ``rename_keys``, each by first appearance in a traversal that reads no id and no renamed
     key: the policy's lists front to back (a cached key names its block's id with it), the free
@@ -193,7 +220,7 @@ def _relabel_blocks(snap: Any, rename_keys: bool = True) -> tuple[Any, ...]:
         getattr(p, "target_t1_size", None),
     )
     free = tuple(ids.get(b, b) for b in snap.free_list)
-    return (issued, free, policy, *_renamed_extras(snap, keys))
+    return (issued, free, policy, *_renamed_extras(snap, keys, cap))
 
 
 _RELEASE_SETTINGS = (
@@ -404,6 +431,9 @@ class OffloadModel(Model):
             store_threshold=bounds.store_threshold,
             max_tracker_size=bounds.tracker,
         )
+        # tracker counts in the state key capped one above the threshold (count_saturation)
+        on = bounds.count_saturation and bounds.store_threshold >= 2
+        self._cap: int | None = bounds.store_threshold + 1 if on else None
 
     def initial(self) -> tuple[Any, Any, Any]:
         spec = ManagerHarness(self.spec_cls, self.config)
@@ -425,13 +455,21 @@ class OffloadModel(Model):
         return self.config.to_json()
 
     def reductions(self) -> dict[str, bool]:
-        return {"symmetry": self.b.symmetry, "block_symmetry": self.b.block_symmetry}
+        return {
+            "symmetry": self.b.symmetry,
+            "block_symmetry": self.b.block_symmetry,
+            "count_saturation": self._cap is not None,
+        }
 
     def key(self, snap: Any, gen: Any, spec: Any, target: Any) -> Hashable:
-        b = self.b
+        b, cap = self.b, self._cap
         if b.block_symmetry:
-            return _relabel_blocks(snap, b.symmetry)
-        return _relabel(snap) if b.symmetry else snap
+            return _relabel_blocks(snap, b.symmetry, cap)
+        if b.symmetry:
+            return _relabel(snap, cap)
+        if cap is not None and snap.counts:
+            return snap._replace(counts=tuple((k, min(n, cap)) for k, n in snap.counts))
+        return snap
 
     def observable(self, snap: Any, gen: Any) -> Hashable:
         return self.key(snap, gen, None, None)
