@@ -468,8 +468,10 @@ class OffloadModel(Model):
         if b.symmetry:
             return _relabel(snap, cap)
         if cap is not None and snap.counts:
-            return snap._replace(counts=tuple((k, min(n, cap)) for k, n in snap.counts))
-        return snap
+            capped: Hashable = snap._replace(counts=tuple((k, min(n, cap)) for k, n in snap.counts))
+            return capped
+        whole: Hashable = snap
+        return whole
 
     def observable(self, snap: Any, gen: Any) -> Hashable:
         return self.key(snap, gen, None, None)
