@@ -159,6 +159,29 @@ def _build_radix_adapter(ns: Namespace) -> type:
         def free_segment(self, free_index: Sequence[int], start_pos: int) -> None:
             self.upstream.free_segment(tensor(free_index), start_pos=start_pos)
 
+        def free_group_begin(self) -> None:
+            self.upstream.free_group_begin()
+
+        def free_group_end(self) -> None:
+            self.upstream.free_group_end()
+
+        # need_sort's staging and the open free group, read by the snapshot reader
+        @property
+        def staged_pages(self) -> Any:
+            return getattr(self.upstream, "staged_pages", None)  # the paged allocator's
+
+        @property
+        def release_pages(self) -> Any:
+            return self.upstream.release_pages  # the token allocator's (paged: None)
+
+        @property
+        def free_group(self) -> Any:
+            return self.upstream.free_group
+
+        @property
+        def free_page_ids_group(self) -> Any:
+            return getattr(self.upstream, "free_page_ids_group", None)
+
     class RowPool:
         """A one-row ``req_to_token`` pool: the request's row of slots, as upstream writes it."""
 
@@ -199,12 +222,20 @@ def _build_radix_adapter(ns: Namespace) -> type:
         kvspec_version = version
         kvspec_variants = ("lru", "fifo", "mru")  # RadixCache's (the spec's unified-* are not)
 
-        def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
+        def __init__(
+            self,
+            size: int,
+            page_size: int = 1,
+            eviction_policy: str = "lru",
+            need_sort: bool = False,
+        ) -> None:
             if page_size == 1:
-                upstream = alloc_mod.TokenToKVPoolAllocator(size, torch.int64, "cpu", None, False)
+                upstream = alloc_mod.TokenToKVPoolAllocator(
+                    size, torch.int64, "cpu", None, need_sort
+                )
             else:
                 upstream = alloc_mod.PagedTokenToKVPoolAllocator(
-                    size, page_size, torch.int64, "cpu", None, False
+                    size, page_size, torch.int64, "cpu", None, need_sort
                 )
             self.token_to_kv_pool_allocator = AllocatorView(upstream)
             self.page_size = page_size
@@ -379,10 +410,14 @@ def _build_unified_adapter(radix_adapter: Any, backend: str, ns: Namespace) -> t
         kvspec_variants = ("unified-lru", "unified-fifo", "unified-mru")
 
         def __init__(
-            self, size: int, page_size: int = 1, eviction_policy: str = "unified-lru"
+            self,
+            size: int,
+            page_size: int = 1,
+            eviction_policy: str = "unified-lru",
+            need_sort: bool = False,
         ) -> None:
             self.receipts: dict[Any, Any] = {}  # node -> the receipt of its last lock
-            super().__init__(size, page_size, eviction_policy.removeprefix("unified-"))
+            super().__init__(size, page_size, eviction_policy.removeprefix("unified-"), need_sort)
 
         def _receipt(self, node: Any) -> Any:
             return self.receipts[node]
@@ -455,7 +490,10 @@ def _build_unified_adapter(radix_adapter: Any, backend: str, ns: Namespace) -> t
 class _Logged:
     """An allocator view that logs its mutating calls (the Rust adapter's replay, above)."""
 
-    MUTATING = frozenset({"alloc", "alloc_extend", "alloc_decode", "free", "free_segment"})
+    MUTATING = frozenset(
+        {"alloc", "alloc_extend", "alloc_decode", "free", "free_segment", "free_group_begin",
+         "free_group_end"}
+    )  # fmt: skip
 
     def __init__(self, inner: Any, log: list[tuple[bool, str, Any]]) -> None:
         self.inner, self.log = inner, log
@@ -531,13 +569,17 @@ def _rust_adapter(unified_adapter: Any, full: Any) -> type:
         kvspec_unobserved = ("access_rank", "created_rank")
 
         def __init__(
-            self, size: int, page_size: int = 1, eviction_policy: str = "unified-lru"
+            self,
+            size: int,
+            page_size: int = 1,
+            eviction_policy: str = "unified-lru",
+            need_sort: bool = False,
         ) -> None:
             self.seen: set[int] = set()
             self.paths: dict[int, tuple[int, ...]] = {}
-            self.made = (size, page_size, eviction_policy)
+            self.made = (size, page_size, eviction_policy, need_sort)
             self.log: list[tuple[bool, str, Any]] = []  # (on the allocator?, method, arguments)
-            super().__init__(size, page_size, eviction_policy)
+            super().__init__(size, page_size, eviction_policy, need_sort)
             root = int(self.upstream.root_node_handle())
             self.paths[root] = ()
             fields: dict[str, Any] = self.__dict__  # (the view's type lives in a closure)

@@ -67,6 +67,11 @@ class LockRefUnderflow(KvspecError, AssertionError):
     check: the node's ``lock_ref`` goes to -1 and it becomes evictable; docs/sglang.md §3)."""
 
 
+class NestedFreeGroup(KvspecError, AssertionError):
+    """SGLang's ``free_group_begin`` while a free group is already open (upstream asserts "free
+    groups cannot be nested" before changing anything; docs/sglang.md §1.4)."""
+
+
 class UnknownNode(KvspecError, KeyError):
     """A radix-tree node handle that is not (or no longer) in the tree."""
 

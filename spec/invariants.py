@@ -452,9 +452,10 @@ def _radix_tree_pages(s: RadixSnapshot) -> list[int]:
 
 
 def radix_slot_conservation(s: RadixSnapshot) -> Violation:
-    """Slot conservation: the free list, the tree's nodes and the live requests' own row tails
-    (past their tree-owned prefix) hold every page ``1..num_pages`` exactly once."""
-    held = [*s.free_pages, *_radix_tree_pages(s)]
+    """Slot conservation: the free list, the staged pages, the open free group's pending frees,
+    the tree's nodes and the live requests' own row tails (past their tree-owned prefix) hold
+    every page ``1..num_pages`` exactly once."""
+    held = [*s.free_pages, *s.staged_pages, *(s.free_group or ()), *_radix_tree_pages(s)]
     for r in s.requests:
         held += sorted(set(_radix_pages(s, r.row[r.protected :])))
     counts = Counter(held)
@@ -467,8 +468,8 @@ def radix_slot_conservation(s: RadixSnapshot) -> Violation:
 
 
 def no_slot_free_and_cached(s: RadixSnapshot) -> Violation:
-    """No page is on the free list while a tree node holds it."""
-    both = sorted(set(s.free_pages) & set(_radix_tree_pages(s)))
+    """No page is on the free list (or staged) while a tree node holds it."""
+    both = sorted(set(s.free_pages).union(s.staged_pages) & set(_radix_tree_pages(s)))
     return f"pages both free and cached: {both}" if both else None
 
 

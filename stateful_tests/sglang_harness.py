@@ -7,8 +7,11 @@ returns plain values, so that two harnesses — spec and target — can be compa
 trace replays. Scheduler events: ``admit`` (match capped at ``len-1``, lock, evict, allocate,
 write the row), ``decode`` (one more token and slot), ``checkpoint`` (insert, free the duplicate
 slots, re-match, repoint the row, move the lock), ``finish`` (checkpoint, free the row's tail,
-unlock) and ``abort`` (free, unlock). Raw calls with explicit arguments (``match``, ``evict``,
-``free``, ``unlock_again``) change no request: the bad-input rules use them.
+unlock) and ``abort`` (free, unlock); ``group_begin`` / ``group_end`` open and close the
+allocator's free group, as SGLang's scheduler does around processing a batch's results (the
+checkpoints, finishes and aborts between them defer their frees, docs/sglang.md §1.4). Raw calls
+with explicit arguments (``match``, ``evict``, ``free``, ``unlock_again``) change no request: the
+bad-input rules use them (and ``group_begin`` with a group already open).
 
 A target may offer ``kvspec_checkpoint(tokens, row, protected, node, prompt_len)`` returning
 ``(cached, row, protected, node)``: then ``checkpoint`` runs the target's own checkpoint code (for
@@ -35,6 +38,7 @@ class Config:
     vocab: int = 2
     max_requests: int = 3
     max_len: int = 8
+    need_sort: bool = False  # the allocator stages freed pages (PD disaggregation's setting)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,7 +59,11 @@ class RadixHarness:
     def __init__(self, cache_cls: Callable[..., Any], config: Config) -> None:
         self.config = config
         # the default policy is not passed: a class without the keyword is checked as ``lru``
-        policy = {} if config.variant == "lru" else {"eviction_policy": config.variant}
+        policy: dict[str, Any] = (
+            {} if config.variant == "lru" else {"eviction_policy": config.variant}
+        )
+        if config.need_sort:  # likewise: a class without ``need_sort`` is checked without it
+            policy["need_sort"] = True
         self.c = cache_cls(config.size, page_size=config.page_size, **policy)
         self.alloc = self.c.token_to_kv_pool_allocator
         self.requests: dict[str, Req] = {}
@@ -184,6 +192,17 @@ class RadixHarness:
         self._free_tail(r)
         self.c.dec_lock_ref(r.node)
         self.released = {rid: r.node}
+
+    def group_begin(self) -> None:
+        """``free_group_begin``: later frees wait for ``group_end`` (a group already open: the
+        spec refuses, upstream asserts)."""
+        self.alloc.free_group_begin()
+        self.released.clear()  # (after: a rejected begin changes nothing)
+
+    def group_end(self) -> None:
+        """``free_group_end``: the group's deferred frees happen now (none open: nothing)."""
+        self.released.clear()
+        self.alloc.free_group_end()
 
     # ------------------------------------------------------------ raw calls
     def match(self, tokens: list[int]) -> list[Any]:

@@ -14,9 +14,11 @@ changed nothing); ``identical_eviction_order`` names a free-list difference.
 
 The driver is SGLang's scheduler in small (docs/sglang.md §5): prompts over a 2–3 token vocabulary,
 often an earlier prompt's prefix extended, lengths around page boundaries; admissions that evict,
-decodes, checkpoints, finishes and aborts; raw matches and evictions (with everything locked, too).
-Bad inputs: a finished request's node unlocked again, a free slot freed again, slots outside the
-pool (page 0 included).
+decodes, checkpoints, finishes and aborts; free groups opened and closed around them (and closed
+with none open); allocators with ``need_sort`` some of the time; raw matches and evictions (with
+everything locked, too). Bad inputs: a finished request's node unlocked again, a free slot freed
+again (or a slot whose free is pending in the open group), slots outside the pool (page 0
+included), a free group opened inside another.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _verdicts() -> Verdicts:
 
 def draw_config(c: Chooser, variant: str | None, page_size: int | None = None) -> Config:
     """Small pools that fill up (4–8 pages), pages of 1, 2 or 4 slots (or ``page_size``), a 2–3
-    token vocabulary."""
+    token vocabulary; a third of the allocators with ``need_sort``."""
     drawn = c.pick((1, 1, 2, 4))
     page_size = drawn if page_size is None else page_size
     return Config(
@@ -61,6 +63,7 @@ def draw_config(c: Chooser, variant: str | None, page_size: int | None = None) -
         vocab=c.pick((2, 2, 3)),
         max_requests=c.int(2, 4),
         max_len=page_size * c.int(2, 3) + c.int(0, 2),
+        need_sort=c.chance(1 / 3),
     )
 
 
@@ -167,6 +170,14 @@ class Driver:
             cov["path:pool_full"] += 1
         if not after.requests and not before.requests and after.nodes:
             cov["path:quiescent_cache"] += 1
+        if before.staged_pages and not after.staged_pages and method in _EVICTING:
+            cov["path:staged_merged"] += 1
+        if after.free_group and len(after.free_group) > len(before.free_group or ()):
+            cov["path:free_deferred"] += 1
+        if method == "group_end" and before.free_group:
+            cov["path:group_released"] += 1
+        if method == "group_end" and before.free_group is None:
+            cov["path:group_end_unopened"] += 1
 
     # ------------------------------------------------------------ views and draws
     def live(self) -> list[str]:
@@ -212,6 +223,12 @@ class Driver:
     def abort(self, c: Chooser) -> None:
         self.call("abort", c.pick(self.live()))
 
+    def group_begin(self, c: Chooser) -> None:
+        self.call("group_begin")
+
+    def group_end(self, c: Chooser) -> None:
+        self.call("group_end")
+
     # ------------------------------------------------------------ bad inputs
     def bad_unlock_twice(self, c: Chooser) -> None:
         """A request finishes (or is aborted), then its node is unlocked once more — when no
@@ -222,10 +239,14 @@ class Driver:
             self.call("unlock_again", rid)
 
     def bad_double_free(self, c: Chooser) -> None:
-        """A slot on the free list freed again (alone, or after slots in use)."""
-        ps = self.config.page_size
-        slot = c.pick(self.ls.after.free_pages) * ps
+        """A slot on the free list (or staged, or pending in the open group) freed again."""
+        s, ps = self.ls.after, self.config.page_size
+        slot = c.pick([*s.free_pages, *s.staged_pages, *(s.free_group or ())]) * ps
         self.call("free", [slot])
+
+    def bad_nested_group(self, c: Chooser) -> None:
+        """A free group opened while one is open."""
+        self.call("group_begin")
 
     def bad_out_of_range(self, c: Chooser) -> None:
         """A slot outside the pool: the reserved page 0, or past the last page."""
@@ -260,6 +281,7 @@ class Facts(NamedTuple):
     live: bool
     growable: bool
     free: bool
+    group_open: bool
 
     @classmethod
     def of(cls, d: Driver) -> Facts:
@@ -268,7 +290,8 @@ class Facts(NamedTuple):
             len(live) < d.config.max_requests,
             bool(live),
             bool(d.growable()),
-            bool(d.ls.after.free_pages),
+            bool(d.ls.after.free_pages or d.ls.after.staged_pages or d.ls.after.free_group),
+            d.ls.after.free_group is not None,
         )
 
 
@@ -280,11 +303,16 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("checkpoint", 3, lambda f: f.live),
     Operation("finish", 5, lambda f: f.live),
     Operation("abort", 2, lambda f: f.live),
+    Operation("group_begin", 2, lambda f: not f.group_open),
+    Operation("group_end", 1),
     Operation("bad_unlock_twice", 1, lambda f: f.live, bad=True),
     Operation("bad_double_free", 1, lambda f: f.free, bad=True),
     Operation("bad_out_of_range", 1, bad=True),
+    Operation("bad_nested_group", 1, lambda f: f.group_open, bad=True),
 )
 
+
+_POOL = {"max_requests": 3, "max_len": 6}
 
 CHECKER = CheckerDef(
     machine_name="RadixCacheLockstep",
@@ -301,5 +329,8 @@ CHECKER = CheckerDef(
     examples=(
         Example(1, steps=200, config={"size": 6, "page_size": 1, "max_requests": 3, "max_len": 6}),
         Example(2, steps=200, config={"size": 8, "page_size": 2, "max_requests": 3, "max_len": 6}),
+        # need_sort allocators (staging, merges on short allocations), both page-size kinds
+        Example(3, steps=200, config={**_POOL, "size": 6, "page_size": 1, "need_sort": True}),
+        Example(4, steps=200, config={**_POOL, "size": 8, "page_size": 2, "need_sort": True}),
     ),
 )

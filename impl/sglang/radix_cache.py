@@ -48,13 +48,15 @@ class RadixCache:
     token_allocator_cls: type[TokenToKVPoolAllocator] = TokenToKVPoolAllocator
     paged_allocator_cls: type[PagedTokenToKVPoolAllocator] = PagedTokenToKVPoolAllocator
 
-    def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
+    def __init__(
+        self, size: int, page_size: int = 1, eviction_policy: str = "lru", need_sort: bool = False
+    ) -> None:
         self.eviction_policy, self.unified = parse_variant(eviction_policy)
         self.page_size = page_size
         self.token_to_kv_pool_allocator: TokenToKVPoolAllocator = (
-            self.token_allocator_cls(size)
+            self.token_allocator_cls(size, need_sort)
             if page_size == 1
-            else self.paged_allocator_cls(size, page_size)
+            else self.paged_allocator_cls(size, page_size, need_sort)
         )
         self.root_node = TreeNode(None, (), [], 0)
         self.root_node.lock_ref = 1

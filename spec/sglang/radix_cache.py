@@ -86,6 +86,10 @@ class RadixSnapshot(NamedTuple):
     evictable_size: int
     protected_size: int
     requests: tuple[RequestRow, ...] = ()
+    # need_sort's released pages not yet merged into the free list, in release order (§1.5)
+    staged_pages: tuple[int, ...] = ()
+    # the open free group's pages in the order its end releases them; None: no group open (§1.4)
+    free_group: tuple[int, ...] | None = None
 
     def differing_fields(self, other: RadixSnapshot) -> list[str]:
         return [f for f, a, b in zip(self._fields, self, other, strict=True) if a != b]
@@ -103,10 +107,14 @@ class Node:
 class RadixCache:
     """The radix prefix cache over its own allocator (SGLang ``RadixCache`` + allocator)."""
 
-    def __init__(self, size: int, page_size: int = 1, eviction_policy: str = "lru") -> None:
+    def __init__(
+        self, size: int, page_size: int = 1, eviction_policy: str = "lru", need_sort: bool = False
+    ) -> None:
         self.eviction_policy, self.unified = parse_variant(eviction_policy)
         self.page_size = page_size
-        self.token_to_kv_pool_allocator: TokenToKVPoolAllocator = make_allocator(size, page_size)
+        self.token_to_kv_pool_allocator: TokenToKVPoolAllocator = make_allocator(
+            size, page_size, need_sort
+        )
         self.nodes: dict[Path, Node] = {}
         self.clock = 0
 
@@ -331,11 +339,39 @@ def _ints(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in (value.tolist() if hasattr(value, "tolist") else value))
 
 
+def _flat(pieces: Any) -> tuple[int, ...]:
+    """Ints, a tensor, or a list of pieces (upstream keeps staged and deferred frees as a list
+    of tensors), as one tuple; ``None`` as empty."""
+    if pieces is None:
+        return ()
+    if hasattr(pieces, "tolist"):
+        return _ints(pieces)
+    return tuple(v for p in pieces for v in (_flat(p) if hasattr(p, "tolist") else (int(p),)))
+
+
+def read_allocator_groups(alloc: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """(staged pages, the open group's pages in release order or ``None``) of an allocator of
+    upstream's shape: ``staged_pages`` (paged) or ``release_pages`` (token), ``free_group`` (the
+    slots deferred by ``free``: their distinct pages, ascending with pages, in order without)
+    and ``free_page_ids_group`` (pages deferred by ``free_segment``, released after them)."""
+    staged = getattr(alloc, "staged_pages", None)
+    if staged is None:
+        staged = getattr(alloc, "release_pages", None)
+    group = getattr(alloc, "free_group", None)
+    if group is None:
+        return _flat(staged), None
+    ps = int(alloc.page_size)
+    slots = _flat(group)
+    pages = slots if ps == 1 else tuple(sorted({s // ps for s in slots}))
+    return _flat(staged), pages + _flat(getattr(alloc, "free_page_ids_group", None))
+
+
 def read_radix_cache(cache: Any) -> RadixSnapshot:
     """The snapshot of the spec (its dict) or of any tree of upstream's shape: ``root_node``,
     nodes with ``children``, ``key``, ``value``, ``lock_ref``, ``last_access_time``,
     ``creation_time``; ``evictable_size()``/``protected_size()``; the allocator's
-    ``free_pages`` (and ``page_size``/``size``)."""
+    ``free_pages`` (and ``page_size``/``size``), its staging and open free group
+    (:func:`read_allocator_groups`)."""
     tree = getattr(cache, "tree", cache)  # the adapter keeps upstream's cache as ``tree``
     alloc = cache.token_to_kv_pool_allocator
     rows: list[tuple[Path, int, tuple[int, ...], int, Any, Any]] = []
@@ -356,6 +392,7 @@ def read_radix_cache(cache: Any) -> RadixSnapshot:
     created = dense_ranks([r[5] for r in rows])
     nodes = sorted(NodeRow(*r[:4], a, c) for r, a, c in zip(rows, access, created, strict=True))
     ps = int(alloc.page_size)
+    staged, group = read_allocator_groups(alloc)
     return RadixSnapshot(
         page_size=ps,
         num_pages=int(alloc.size) // ps,
@@ -363,4 +400,6 @@ def read_radix_cache(cache: Any) -> RadixSnapshot:
         nodes=tuple(nodes),
         evictable_size=int(tree.evictable_size()),
         protected_size=int(tree.protected_size()),
+        staged_pages=staged,
+        free_group=group,
     )
