@@ -455,7 +455,7 @@ def radix_slot_conservation(s: RadixSnapshot) -> Violation:
     """Slot conservation: the free list, the staged pages, the open free group's pending frees,
     the tree's nodes and the live requests' own row tails (past their tree-owned prefix) hold
     every page ``1..num_pages`` exactly once."""
-    held = [*s.free_pages, *s.staged_pages, *(s.free_group or ()), *_radix_tree_pages(s)]
+    held = [*s.free_pages, *s.staged_pages, *s.free_group, *_radix_tree_pages(s)]
     for r in s.requests:
         held += sorted(set(_radix_pages(s, r.row[r.protected :])))
     counts = Counter(held)

@@ -9,10 +9,12 @@ page-size off-by-ones and double frees; its docstring names the origin. The regi
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
-from impl.sglang.allocator import PagedTokenToKVPoolAllocator
+from impl.sglang.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from impl.sglang.radix_cache import RadixCache, TreeNode
 from stateful_tests.checker import Mutant
 
@@ -161,6 +163,51 @@ class DecodePageBoundaryOffByOne(RadixCache):
     paged_allocator_cls = _DecodeNewPageOffByOne
 
 
+class _GroupEndKeepsPageIds(PagedTokenToKVPoolAllocator):
+    def free_group_end(self) -> None:
+        slots, self.free_group = self.free_group, None
+        self._pending.clear()
+        if slots:
+            self._release_slots(slots)
+        if self.free_page_ids_group:
+            self._release(self.free_page_ids_group)  # the list is left as it was
+
+
+class GroupEndKeepsPending(RadixCache):
+    """Planted (issue 30): the paged allocator's ``free_group_end`` releases the pages deferred
+    by ``free_segment`` but does not empty their list, so a second ``free_group_end`` (which
+    upstream allows with no group open) releases the same pages again — a double free; the
+    hazard the release's own debug check after a group names ("the no-double-free contract can
+    only break across a group's calls")."""
+
+    paged_allocator_cls = _GroupEndKeepsPageIds
+
+
+def _merge_keeping_staging(a: TokenToKVPoolAllocator) -> None:
+    if a.staged_pages:
+        a.free_pages = deque(sorted(chain(a.free_pages, a.staged_pages)))  # staging not emptied
+
+
+class _TokenMergeKeepsStaging(TokenToKVPoolAllocator):
+    def merge_and_sort_free(self) -> None:
+        _merge_keeping_staging(self)
+
+
+class _PagedMergeKeepsStaging(PagedTokenToKVPoolAllocator):
+    def merge_and_sort_free(self) -> None:
+        _merge_keeping_staging(self)
+
+
+class MergeKeepsStaging(RadixCache):
+    """Planted (issue 30): ``need_sort``'s merge sorts the staged pages into the free list but
+    leaves them staged, so they are counted twice as available and listed twice at the next
+    merge (the paged allocator keeps a staged list and its count side by side, and a merge must
+    reset both)."""
+
+    token_allocator_cls = _TokenMergeKeepsStaging
+    paged_allocator_cls = _PagedMergeKeepsStaging
+
+
 RADIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("split_forgets_lock_ref", "SGLang PR #38480 (split lock propagation)",
            SplitForgetsLockRef, "referenced_count_matches_live_pages"),
@@ -178,4 +225,8 @@ RADIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
            PageFreedOncePerSlot, "free_and_used_partition_pool", options={"page_size": 2}),
     Mutant("decode_page_boundary_off_by_one", "SGLang issue #7130 (paged decode)",
            DecodePageBoundaryOffByOne, "return_value", options={"page_size": 2}),
+    Mutant("group_end_keeps_pending", "planted (issue 30)", GroupEndKeepsPending,
+           "free_and_used_partition_pool", variant="lru", options={"page_size": 2, "groups": True}),
+    Mutant("merge_keeps_staging", "planted (issue 30)", MergeKeepsStaging,
+           "free_and_used_partition_pool", variant="lru", options={"need_sort": True}),
 )  # fmt: skip

@@ -51,7 +51,9 @@ def _verdicts() -> Verdicts:
     return Verdicts()
 
 
-def draw_config(c: Chooser, variant: str | None, page_size: int | None = None) -> Config:
+def draw_config(
+    c: Chooser, variant: str | None, page_size: int | None = None, need_sort: bool | None = None
+) -> Config:
     """Small pools that fill up (4–8 pages), pages of 1, 2 or 4 slots (or ``page_size``), a 2–3
     token vocabulary; a third of the allocators with ``need_sort``."""
     drawn = c.pick((1, 1, 2, 4))
@@ -63,13 +65,14 @@ def draw_config(c: Chooser, variant: str | None, page_size: int | None = None) -
         vocab=c.pick((2, 2, 3)),
         max_requests=c.int(2, 4),
         max_len=page_size * c.int(2, 3) + c.int(0, 2),
-        need_sort=c.chance(1 / 3),
+        need_sort=c.chance(1 / 3) if need_sort is None else need_sort,
     )
 
 
 def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
-    """The checker option ``page_size`` pins the page size (a planted bug that needs pages)."""
-    return draw_config(c, variant, options.get("page_size"))
+    """The checker options ``page_size`` and ``need_sort`` pin those (a planted bug that needs
+    pages, or staging)."""
+    return draw_config(c, variant, options.get("page_size"), options.get("need_sort"))
 
 
 class Driver:
@@ -172,11 +175,11 @@ class Driver:
             cov["path:quiescent_cache"] += 1
         if before.staged_pages and not after.staged_pages and method in _EVICTING:
             cov["path:staged_merged"] += 1
-        if after.free_group and len(after.free_group) > len(before.free_group or ()):
+        if len(after.free_group) > len(before.free_group):
             cov["path:free_deferred"] += 1
         if method == "group_end" and before.free_group:
             cov["path:group_released"] += 1
-        if method == "group_end" and before.free_group is None:
+        if method == "group_end" and not before.group_open:
             cov["path:group_end_unopened"] += 1
 
     # ------------------------------------------------------------ views and draws
@@ -241,7 +244,7 @@ class Driver:
     def bad_double_free(self, c: Chooser) -> None:
         """A slot on the free list (or staged, or pending in the open group) freed again."""
         s, ps = self.ls.after, self.config.page_size
-        slot = c.pick([*s.free_pages, *s.staged_pages, *(s.free_group or ())]) * ps
+        slot = c.pick([*s.free_pages, *s.staged_pages, *s.free_group]) * ps
         self.call("free", [slot])
 
     def bad_nested_group(self, c: Chooser) -> None:
@@ -291,7 +294,7 @@ class Facts(NamedTuple):
             bool(live),
             bool(d.growable()),
             bool(d.ls.after.free_pages or d.ls.after.staged_pages or d.ls.after.free_group),
-            d.ls.after.free_group is not None,
+            d.ls.after.group_open,
         )
 
 
@@ -324,7 +327,9 @@ CHECKER = CheckerDef(
     facts=Facts.of,
     spec_cls=RadixCache,
     invariants=tuple(STATE_INVARIANTS),
-    options=("page_size",),
+    # ``groups``: always drawn here; the option puts the explorer's ``groups`` bound on for a
+    # planted bug that needs free groups (a checker option that is a bound becomes an override)
+    options=("page_size", "need_sort", "groups"),
     episode_ops=150,
     examples=(
         Example(1, steps=200, config={"size": 6, "page_size": 1, "max_requests": 3, "max_len": 6}),

@@ -4,8 +4,10 @@ Scheduler events over a spec harness and a target harness of
 :mod:`stateful_tests.sglang_harness` (the calls the radix-cache checker's traces use, so a
 counterexample replays there): requests are admitted with every prompt of a small alphabet, decode
 every token, are checkpointed, finish or are aborted; raw matches of every prompt and evictions of
-one slot and of the whole pool; bad inputs are a free slot freed again, slots outside the pool and,
-right after a finish, the finished request's node unlocked again. The generator model
+one slot and of the whole pool; with ``groups``, free groups opened and closed (closed with none
+open, too); bad inputs are a free slot freed again (or one pending in the open group), slots
+outside the pool, a nested group and, right after a finish, the finished request's node unlocked
+again. The generator model
 (:class:`Gen`) is the scheduler's side: the live requests' tokens, the requests admitted so far
 and the request just finished whose node is now unlocked.
 """
@@ -44,6 +46,8 @@ class RadixCacheBounds:
     vocab: int = 2
     max_len: int = 3
     bad_inputs: bool = True
+    need_sort: bool = False
+    groups: bool = False
 
     # pages of two slots (page alignment, partial last pages) on a smaller pool, for the default
     # variant, then the base for every variant
@@ -53,10 +57,16 @@ class RadixCacheBounds:
                 "page-size-2",
                 {"page_size": 2, "pages": 2, "requests": 2, "live": 1, "variant": "lru"},
             ),
+            # staging and merges, free groups (the end with none open too), on pages of two
+            (
+                "need-sort-groups",
+                {"page_size": 2, "pages": 2, "requests": 2, "live": 1, "variant": "lru",
+                 "need_sort": True, "groups": True},
+            ),
             ("base", {}),
         ),
-    }
-    DIMENSIONS: ClassVar[tuple[str, ...]] = ("variant", "page_size")
+    }  # fmt: skip
+    DIMENSIONS: ClassVar[tuple[str, ...]] = ("variant", "page_size", "need_sort", "groups")
 
     HELP: ClassVar[dict[str, str]] = {
         "pages": "KV pages in the pool (page 0 not counted)",
@@ -67,6 +77,8 @@ class RadixCacheBounds:
         "vocab": "token alphabet size",
         "max_len": "tokens per request at most",
         "bad_inputs": "the rejected-input alphabet",
+        "need_sort": "the allocator stages freed pages until an allocation runs short",
+        "groups": "free groups opened and closed (frees between them deferred)",
     }
 
     def validate(self) -> None:
@@ -106,6 +118,8 @@ class RadixCacheModel(Model):
         "evict",
         "finish",
         "free",
+        "group_begin",
+        "group_end",
         "match",
         "unlock_again",
     )
@@ -132,6 +146,7 @@ class RadixCacheModel(Model):
             vocab=b.vocab,
             max_requests=b.live,
             max_len=b.max_len,
+            need_sort=b.need_sort,
         )
         self.prompts = [
             list(p)
@@ -192,7 +207,15 @@ class RadixCacheModel(Model):
             gone = cleared._replace(reqs=g.reqs[:i] + g.reqs[i + 1 :])
             for method in ("finish", "abort"):
                 add(Edge(method, (rid,), _released(gone, rid)))
+        if b.groups:
+            if not snap.group_open:
+                add(Edge("group_begin", (), keep))
+            add(Edge("group_end", (), keep))  # with none open too (a no-op)
         if b.bad_inputs:
+            if b.groups and snap.group_open:
+                add(rejected("group_begin", ()))
+                if snap.free_group:
+                    add(rejected("free", ([snap.free_group[0] * b.page_size],)))
             if snap.free_pages:
                 add(rejected("free", ([snap.free_pages[0] * b.page_size],)))
             add(rejected("free", ([(b.pages + 1) * b.page_size],)))
@@ -240,8 +263,12 @@ def clone_harness(h: RadixHarness) -> RadixHarness:
         return copy.deepcopy(h)
     alloc = _shallow(c.token_to_kv_pool_allocator)
     alloc.free_pages = alloc.free_pages.copy()
+    alloc.staged_pages = alloc.staged_pages.copy()
+    alloc.free_page_ids_group = alloc.free_page_ids_group.copy()
+    if alloc.free_group is not None:
+        alloc.free_group = alloc.free_group.copy()
     if hasattr(alloc, "_free"):
-        alloc._free = alloc._free.copy()
+        alloc._free, alloc._pending = alloc._free.copy(), alloc._pending.copy()
     new_c.token_to_kv_pool_allocator = alloc
 
     def handle(node: Any) -> Any:

@@ -88,8 +88,10 @@ class RadixSnapshot(NamedTuple):
     requests: tuple[RequestRow, ...] = ()
     # need_sort's released pages not yet merged into the free list, in release order (§1.5)
     staged_pages: tuple[int, ...] = ()
-    # the open free group's pages in the order its end releases them; None: no group open (§1.4)
-    free_group: tuple[int, ...] | None = None
+    # whether a free group is open, and the pages the next ``free_group_end`` releases, in its
+    # order (upstream releases the deferred page ids even with no group open, §1.4)
+    group_open: bool = False
+    free_group: tuple[int, ...] = ()
 
     def differing_fields(self, other: RadixSnapshot) -> list[str]:
         return [f for f, a, b in zip(self._fields, self, other, strict=True) if a != b]
@@ -349,21 +351,21 @@ def _flat(pieces: Any) -> tuple[int, ...]:
     return tuple(v for p in pieces for v in (_flat(p) if hasattr(p, "tolist") else (int(p),)))
 
 
-def read_allocator_groups(alloc: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    """(staged pages, the open group's pages in release order or ``None``) of an allocator of
-    upstream's shape: ``staged_pages`` (paged) or ``release_pages`` (token), ``free_group`` (the
-    slots deferred by ``free``: their distinct pages, ascending with pages, in order without)
-    and ``free_page_ids_group`` (pages deferred by ``free_segment``, released after them)."""
+def read_allocator_groups(alloc: Any) -> tuple[tuple[int, ...], bool, tuple[int, ...]]:
+    """(staged pages, whether a group is open, the pages the next ``free_group_end`` releases)
+    of an allocator of upstream's shape: ``staged_pages`` (paged) or ``release_pages`` (token),
+    ``free_group`` (``None``, or the slots deferred by ``free``: their distinct pages, ascending
+    with pages, in order without) and ``free_page_ids_group`` (pages deferred by
+    ``free_segment``, released after them)."""
     staged = getattr(alloc, "staged_pages", None)
     if staged is None:
         staged = getattr(alloc, "release_pages", None)
     group = getattr(alloc, "free_group", None)
-    if group is None:
-        return _flat(staged), None
     ps = int(alloc.page_size)
     slots = _flat(group)
     pages = slots if ps == 1 else tuple(sorted({s // ps for s in slots}))
-    return _flat(staged), pages + _flat(getattr(alloc, "free_page_ids_group", None))
+    later = _flat(getattr(alloc, "free_page_ids_group", None))
+    return _flat(staged), group is not None, pages + later
 
 
 def read_radix_cache(cache: Any) -> RadixSnapshot:
@@ -392,7 +394,7 @@ def read_radix_cache(cache: Any) -> RadixSnapshot:
     created = dense_ranks([r[5] for r in rows])
     nodes = sorted(NodeRow(*r[:4], a, c) for r, a, c in zip(rows, access, created, strict=True))
     ps = int(alloc.page_size)
-    staged, group = read_allocator_groups(alloc)
+    staged, group_open, group = read_allocator_groups(alloc)
     return RadixSnapshot(
         page_size=ps,
         num_pages=int(alloc.size) // ps,
@@ -401,5 +403,6 @@ def read_radix_cache(cache: Any) -> RadixSnapshot:
         evictable_size=int(tree.evictable_size()),
         protected_size=int(tree.protected_size()),
         staged_pages=staged,
+        group_open=group_open,
         free_group=group,
     )
