@@ -185,7 +185,10 @@ def test_every_planted_bug_is_killed_by_the_explorer(
     mutant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     m = next(m for m in components.get(NAME).planted if m.name == mutant)
-    extra = ["--page-size", str(m.options["page_size"])] if m.options else []
+    extra: list[str] = []  # the mutant's options as explorer bounds (flags for booleans)
+    for k, v in m.options.items():
+        flag = "--" + k.replace("_", "-")
+        extra += [flag] if v is True else [flag, str(v)]
     rc, doc = run_json(
         capsys, "explore", NAME, "--target", f"mutant:{mutant}", "--variant", "lru",
         "--requests", "2", "--pages", "3", *extra,
