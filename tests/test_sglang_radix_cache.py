@@ -334,7 +334,7 @@ def test_real_unified_cache_is_not_radix_cache(
     variants diverges."""
     for variant in ("lru", "fifo"):
         rc, doc = run_json(capsys, "fuzz", NAME, "--target", target, "--inputs", "well-formed",
-                           "--ops", "20000", "--seed", "3", "--variant", variant)  # fmt: skip
+                           "--ops", "20000", "--seed", "2", "--variant", variant)  # fmt: skip
         assert rc == 1 and doc["divergences"] == 1, variant
 
 
