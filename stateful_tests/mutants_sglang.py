@@ -165,12 +165,9 @@ class DecodePageBoundaryOffByOne(RadixCache):
 
 class _GroupEndKeepsPageIds(PagedTokenToKVPoolAllocator):
     def free_group_end(self) -> None:
-        slots, self.free_group = self.free_group, None
-        self._pending.clear()
-        if slots:
-            self._release_slots(slots)
-        if self.free_page_ids_group:
-            self._release(self.free_page_ids_group)  # the list is left as it was
+        page_ids = self.free_page_ids_group
+        super().free_group_end()
+        self.free_page_ids_group = page_ids  # the list is left as it was
 
 
 class GroupEndKeepsPending(RadixCache):

@@ -153,12 +153,18 @@ def _tracked(snap: Any) -> list[list[Any]]:
     return [*seqs, [k for k, _ in counts]] if counts else seqs
 
 
+def _capped(counts: Any, cap: int | None) -> Any:
+    """The tracker ``counts`` with each count capped at ``cap`` (``count_saturation``), as is
+    without one."""
+    if not counts or cap is None:
+        return counts
+    return tuple((k, min(n, cap)) for k, n in counts)
+
+
 def _renamed_extras(snap: Any, names: Mapping[Any, int], cap: int | None = None) -> tuple[Any, Any]:
     """The pending events and the tracker with ``names`` applied to their keys (and the counts
     capped at ``cap``, if given: ``count_saturation``)."""
-    events, counts = snap.events, snap.counts
-    if counts and cap is not None:
-        counts = tuple((k, min(n, cap)) for k, n in counts)
+    events, counts = snap.events, _capped(snap.counts, cap)
     return (
         events and tuple((tuple(names[k] for k in keys), r) for keys, r in events),
         counts and tuple((names[k], n) for k, n in counts),
@@ -467,10 +473,7 @@ class OffloadModel(Model):
             return _relabel_blocks(snap, b.symmetry, cap)
         if b.symmetry:
             return _relabel(snap, cap)
-        if cap is not None and snap.counts:
-            capped: Hashable = snap._replace(counts=tuple((k, min(n, cap)) for k, n in snap.counts))
-            return capped
-        whole: Hashable = snap
+        whole: Hashable = snap if cap is None else snap._replace(counts=_capped(snap.counts, cap))
         return whole
 
     def observable(self, snap: Any, gen: Any) -> Hashable:
