@@ -301,6 +301,17 @@ class LookupReportsPendingAsMiss(CPUOffloadingManager):
         return LookupResult.MISS if result is LookupResult.HIT_PENDING else result
 
 
+class StoreThresholdOffByOne(CPUOffloadingManager):
+    """Planted (issue 30), a bug only ``store_threshold >= 2`` shows: a key is stored after
+    ``store_threshold - 1`` offers (the access tracker still counts). At the default threshold 1
+    it is the impl itself."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.store_threshold >= 2:
+            self.store_threshold -= 1
+
+
 class _DecrementOnT2PickPolicy(_OnePassARC):
     decrement_on_t2_pick = True
 
@@ -401,6 +412,12 @@ LRU_MUTANTS: tuple[Mutant, ...] = (
         "lookup_reports_pending_as_miss",
         "vLLM PR #41795 (O10: pending reported as miss)",
         LookupReportsPendingAsMiss,
+        "return_value",
+    ),
+    Mutant(
+        "store_threshold_off_by_one",
+        "planted (issue 30): store_threshold >= 2",
+        StoreThresholdOffByOne,
         "return_value",
     ),
 )

@@ -282,6 +282,48 @@ class FreeUnknownRequestCrashes(KVCacheManager):
         return self._single.req_to_blocks.pop(rid)
 
 
+# ----------------------------------------------------------------------------- options (issue 30)
+class CachingOffStillCaches(KVCacheManager):
+    """Planted (issue 30), a bug only ``enable_caching=False`` shows: ``allocate_slots`` hashes
+    full blocks into the prefix index without its ``enable_caching`` guard, so a pool with caching
+    off keeps hashed blocks (and stored events) that nothing may read."""
+
+    def allocate_slots(self, *args: Any, **kwargs: Any) -> KVCacheBlocks | None:
+        caching = self.enable_caching
+        self.enable_caching = True  # the guard is gone for this call only
+        try:
+            return super().allocate_slots(*args, **kwargs)
+        finally:
+            self.enable_caching = caching
+
+
+class LookaheadNotClamped(KVCacheManager):
+    """Planted (issue 30), a bug only lookahead tokens at the length cap show: the slots needed
+    are no longer clamped to ``max_model_len`` when lookahead (speculative) tokens are asked for,
+    so a request near the cap gets blocks past it. Played by lifting the cap by the lookahead for
+    the call: on well-formed calls that removes exactly the clamp of the needed slots."""
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        *args: Any,
+        **kwargs: Any,
+    ) -> KVCacheBlocks | None:
+        cap = self.max_model_len
+        self.max_model_len = cap + max(num_lookahead_tokens, 0)
+        try:
+            return super().allocate_slots(
+                request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                num_lookahead_tokens, *args, **kwargs,
+            )  # fmt: skip
+        finally:
+            self.max_model_len = cap
+
+
 PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("touch_before_capacity_check", "vLLM PR #11565 (G1)", TouchBeforeCapacityCheck,
            "atomic_failure"),
@@ -309,4 +351,8 @@ PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
            "identical_eviction_order", variant="unhashed_first"),
     Mutant("free_unknown_request_crashes", "vLLM PR #18485 (G16)", FreeUnknownRequestCrashes,
            "exception"),
+    Mutant("caching_off_still_caches", "planted (issue 30): caching off", CachingOffStillCaches,
+           "snapshot"),
+    Mutant("lookahead_not_clamped", "planted (issue 30): lookahead at max_model_len",
+           LookaheadNotClamped, "snapshot"),
 )  # fmt: skip

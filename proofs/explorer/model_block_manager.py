@@ -51,7 +51,7 @@ class BlockManagerBounds:
     # pages of one token (every token completes a page), then the base (pages of two tokens);
     # the small option configurations run first, so a deadline-bound run reaches each of them
     SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
-        "default": (("block-size-1", {"block_size": 1, "pages": 3, "tokens": 3}), ("base", {})),
+        "default": (("block-size-1", {"block_size": 1, "pages": 2, "tokens": 3}), ("base", {})),
     }
     DIMENSIONS: ClassVar[tuple[str, ...]] = ("block_size",)
 

@@ -69,16 +69,17 @@ class OffloadBounds:
     # "tracker": the access tracker (threshold 2, a tracker smaller than the key alphabet, so it
     # also drops counts) at a smaller capacity, then the base. Finite only with count_saturation
     # (tracker counts grow without bound otherwise).
-    # "default": the tracker configuration on the newest release only (every release: "tracker")
+    # "default": a smaller tracker configuration (capacity 2, three keys, a tracker of two that
+    # drops counts) on the newest release only; every release, one key more: "tracker"
     SCOPES: ClassVar[dict[str, tuple[tuple[str, dict[str, Any]], ...]]] = {
         "default": (
             (
                 "store-threshold",
                 {
                     "store_threshold": 2,
-                    "tracker": 3,
+                    "tracker": 2,
                     "capacity": 2,
-                    "keys": 4,
+                    "keys": 3,
                     "variant": "r0.34",
                 },
             ),

@@ -63,7 +63,7 @@ class PrefixCacheBounds:
                 "lookahead",
                 {
                     "lookahead": 1,
-                    "blocks": 5,
+                    "blocks": 4,
                     "max_model_len": 3,
                     "requests": 1,
                     "variant": "unhashed_first",

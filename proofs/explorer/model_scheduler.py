@@ -66,7 +66,7 @@ class SchedulerBounds:
                 "no-prefix-caching",
                 {"prefix_caching": False, "requests": 2, "pages": 3, "variant": "legacy"},
             ),
-            ("connector", {"connector": True, "pages": 3, "variant": "legacy"}),
+            ("connector", {"connector": True, "pages": 3, "requests": 1, "variant": "legacy"}),
             ("speculation", {"speculation": True, "requests": 2, "pages": 3, "variant": "legacy"}),
             ("base", {}),
         ),
