@@ -84,8 +84,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--scope",
         help="a named product of configurations (option values) explored one after the other: "
-        "base (the default: the component's default bounds), default (each option the base "
-        "leaves off, on a small configuration, then the base)",
+        "default (without --scope or bound options: each option the base leaves off, on a small "
+        "configuration, then the base), base (the component's default bounds alone; without "
+        "--scope when a bound option is given)",
     )
     p.add_argument("--depth", type=int, help="stop after N calls (default: until complete)")
     p.add_argument(
@@ -181,9 +182,11 @@ def explore_component(
     backend: Callable[[], Any] | None = None,
     reference: Any = None,
     scope: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Any:
     """One ``proofs.explorer.run`` of ``comp`` (every variant unless ``variants`` are given) over
-    the configurations of ``scope`` (``None``: ``base``);
+    the configurations of ``scope`` (``None``: ``default``, or ``base`` when ``overrides`` set
+    bounds), its values over ``defaults``;
     ``backend``: a factory of the workers' backend (default: forked local processes);
     ``reference``: what the target is compared with (default: the spec)."""
     from proofs import explorer
@@ -210,6 +213,7 @@ def explore_component(
         backend=backend,
         reference=reference,
         scope=scope,
+        defaults=defaults,
     )
 
 
@@ -241,7 +245,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
         overrides["bad_inputs"] = False
     chosen = [variant] if variant else list(comp.variants or ("",))
     try:  # bounds first: a bad bound is a usage error even before the target loads
-        explorer.plan(bounds_cls, args.scope or "base", chosen, overrides, component=comp.name)
+        scope = args.scope or explorer.default_scope(overrides)
+        explorer.plan(bounds_cls, scope, chosen, overrides, component=comp.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     from kvspec.runs import setup
@@ -393,15 +398,21 @@ def _print_coverage(cov: dict[str, Any] | None) -> None:
 
 
 def verify_stage(quick: bool = False) -> tuple[str, str]:
-    """``kvspec verify``'s explorer stage: impl against spec, every component at its small
-    verify scope explored completely (a few seconds). Returns ``(status, summary)``."""
+    """``kvspec verify``'s explorer stage: impl against spec, every component's default scope
+    explored completely, its base replaced by the smaller verify bounds (the option
+    configurations keep their own values). Returns ``(status, summary)``."""
     parts: list[str] = []
     for comp in components.all_components():
         if comp.explorer is None:
             continue
         label, cls = load_target(comp.name, "impl")
         result = explore_component(
-            comp, cls, label, overrides=comp.explorer.verify_scope, max_states=200_000
+            comp,
+            cls,
+            label,
+            scope="default",
+            defaults=comp.explorer.verify_scope,
+            max_states=200_000,
         )
         doc = result.to_json()
         if not result.passed:

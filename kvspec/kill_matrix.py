@@ -115,8 +115,9 @@ def run_fuzzer(m: Mutant, budget: float, chunk: int = 5_000) -> Attempt:
 
 
 def run_explorer(m: Mutant, budget: float) -> Attempt:
-    """Explore the mutant's component at its default bounds within ``budget`` seconds (its own
-    variant, or every variant); the repro length is the shortest counterexample's."""
+    """Explore the mutant's component at its default scope within ``budget`` seconds (its own
+    variant, or every variant; the options it needs set in every configuration); the repro
+    length is the shortest counterexample's."""
     from kvspec import exploration
 
     comp = components.get(m.component)
@@ -130,6 +131,7 @@ def run_explorer(m: Mutant, budget: float) -> Attempt:
         variants=[m.variant] if m.variant else None,
         overrides=exploration.bound_overrides(comp, m.options),
         deadline=started + budget,
+        scope="default",
     )
     seconds = time.perf_counter() - started
     for _, r in result.runs:

@@ -257,6 +257,26 @@ def test_soak_and_explore_on_a_local_ray_instance(
         ray_module.shutdown()
 
 
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+def test_portable_offload_tracker_search_finds_exactly_the_serial_states(policy: str) -> None:
+    """With the access tracker on, keys the tracker counts are not fresh and pending keys are not
+    interchangeable (their counts differ): a key reduction that treated them as symmetric gave
+    path-dependent state counts, so replaying workers found other states than the serial search
+    (512 against 516 on LRU v2)."""
+    from impl.vllm.offload_manager import CPUOffloadingManager as ImplManager
+    from proofs.explorer.model_offload import OffloadBounds, OffloadModel
+
+    variant = "v2" if policy == "lru" else "r0.34"
+    bounds = OffloadBounds(variant=variant, capacity=2, keys=3, store_threshold=2, tracker=2)
+    comp = components.get(f"vllm-{policy}")
+    model = OffloadModel(comp.name, ImplManager, "impl", bounds, comp.fixed_options)
+    serial = search.explore(model)
+    portable = search.explore(model, workers=2, backend=ThreadBackend)
+    assert serial.complete and portable.complete and serial.passed and portable.passed
+    for field in ("distinct_states", "edges", "states_per_depth"):
+        assert getattr(portable, field) == getattr(serial, field), field
+
+
 def test_portable_scheduler_search_finds_exactly_the_serial_states() -> None:
     """The scheduler's pair key cuts a forgotten request's final row, so one pair is reached with
     several raw snapshots: the portable route is the snapshot as the key holds it (routed by the

@@ -169,7 +169,10 @@ def test_at_least_eight_offload_mutants_cover_o1_to_o9() -> None:
     for name in OFFLOAD_MUTANTS:
         m = CATALOGUE[name]
         assert m.variant is None or m.variant in VARIANTS[COMPONENTS[m.component]]
-        assert m.origin.startswith("vLLM") and (m.cls.__doc__ or "").startswith("O")
+        doc = m.cls.__doc__ or ""
+        # an upstream bug (O1..O10), or one planted for an option the base scope leaves off
+        upstream = m.origin.startswith("vLLM") and doc.startswith("O")
+        assert upstream or (m.origin.startswith("planted (issue 30)") and doc.startswith("Planted"))
 
 
 @pytest.mark.parametrize("name", OFFLOAD_MUTANTS)

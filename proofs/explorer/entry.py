@@ -30,12 +30,24 @@ Configuration = tuple[str, Mapping[str, Any]]
 
 def scopes(bounds_cls: type) -> dict[str, tuple[Configuration, ...]]:
     """The named scopes of a bounds class: each a tuple of ``(name, bound values)``
-    configurations, explored one after the other (``SCOPES``). ``base`` (its defaults) is what
-    ``kvspec explore`` runs without ``--scope``; a class without ``SCOPES`` has only that."""
+    configurations, explored one after the other (``SCOPES``): ``default`` (what ``kvspec explore``
+    runs without ``--scope`` or bounds: each option the base leaves off on a small configuration,
+    then the base) and ``base`` (the defaults alone); a class without ``SCOPES`` has only the
+    base, under both names."""
     found: dict[str, tuple[Configuration, ...]] = dict(getattr(bounds_cls, "SCOPES", {}))
     found.setdefault("default", (("base", {}),))
     found.setdefault("base", (("base", {}),))
     return found
+
+
+# bounds that say how to explore rather than which configuration: they keep the default scope
+_NOT_A_CONFIGURATION = frozenset({"bad_inputs"})
+
+
+def default_scope(overrides: Mapping[str, Any] | None) -> str:
+    """The scope of a run that names none: ``default``, or ``base`` when bounds are given (a
+    command line that sets bounds asks for that one configuration)."""
+    return "base" if set(overrides or ()) - _NOT_A_CONFIGURATION else "default"
 
 
 def configurations(bounds_cls: type, scope: str, *, component: str) -> tuple[Configuration, ...]:
@@ -53,9 +65,11 @@ def plan(
     overrides: Mapping[str, Any],
     *,
     component: str,
+    defaults: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, str, Any]]:
     """``(configuration, variant, bounds)`` of each search ``scope`` makes over ``variants``, in
-    order, validated (``ValueError``): ``overrides`` win over a configuration's values, a
+    order, validated (``ValueError``): ``overrides`` win over a configuration's values, which win
+    over ``defaults`` (``kvspec verify``'s smaller base), a
     configuration pinned to one variant (its ``variant`` value) runs for that one when several
     are explored, and configurations whose bounds come out equal run once."""
     out: list[tuple[str, str, Any]] = []
@@ -64,7 +78,8 @@ def plan(
         pinned = values.get("variant")
         rest = {k: x for k, x in values.items() if k != "variant"}
         for v in [pinned] if isinstance(pinned, str) and pinned in variants else variants:
-            bounds = make_bounds(bounds_cls, v, {**rest, **overrides}, component=component)
+            values = {**(defaults or {}), **rest, **overrides}
+            bounds = make_bounds(bounds_cls, v, values, component=component)
             if bounds not in seen:
                 seen.add(bounds)
                 out.append((name, v, bounds))
@@ -199,17 +214,18 @@ def run(
     backend: Callable[[], Any] | None = None,
     reference: Any = None,
     scope: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Exploration:
     """Explore ``component`` against ``target_cls``: for each configuration of ``scope`` (see
-    :func:`scopes`; ``None``: ``base``, the component's default bounds; ``overrides`` win over
-    its values), once per variant of ``variants``
+    :func:`scopes`; ``None``: :func:`default_scope`; ``overrides`` win over its values, its
+    values over ``defaults``), once per variant of ``variants``
     (``[""]`` for a component without variants), stopping after the first search that fails or
     at ``deadline``. Configurations that ``overrides`` make equal run once. The models are built
     (and their bounds validated) before the first search starts. ``workers``: processes per
     search, each search on a new ``backend()`` (default: forked local processes);
     ``memo=False``: run every edge (no remembered transitions)."""
-    if scope is None:  # the product is opt-in until its cost fits verify and CI (issue 30)
-        scope = "base"
+    if scope is None:
+        scope = default_scope(overrides)
     out = Exploration(
         component,
         target,
@@ -221,7 +237,7 @@ def run(
     models = [
         (name, v, model_cls(component, target_cls, target, bounds, options))
         for name, v, bounds in plan(
-            bounds_cls, scope, variants, overrides or {}, component=component
+            bounds_cls, scope, variants, overrides or {}, component=component, defaults=defaults
         )
     ]
     for _, _, model in models:

@@ -172,7 +172,7 @@ def _renamed_extras(snap: Any, names: Mapping[Any, int], cap: int | None = None)
     )
 
 
-_BLOCK_ID, _REF = itemgetter(0), itemgetter(2)
+_BLOCK_ID = itemgetter(0)
 
 
 def _relabel_blocks(snap: Any, rename_keys: bool = True, cap: int | None = None) -> tuple[Any, ...]:
@@ -186,8 +186,9 @@ def _relabel_blocks(snap: Any, rename_keys: bool = True, cap: int | None = None)
     ``num_allocated_blocks..`` are never renamed: allocation hands them out in numeric order), so
     equal results mean equal states up to a renaming. Name-independent traversal makes every such
     pair of states give equal results where ties are fully symmetric: the blocks left for the last
-    step (LRU v2's pending and loading ones; none for ARC) have neither key nor id named yet, so
-    blocks with equal ref counts are interchangeable."""
+    step (LRU v2's pending and loading ones; none for ARC) have no id named yet and are taken by
+    ref count, then by the name the tracker gave their key; blocks equal in both are
+    interchangeable."""
     p = snap.policy
     issued = snap.num_allocated_blocks
     lists = (p.t1, p.t2, p.b1, p.b2) if hasattr(p, "t1") else (p.order,)
@@ -214,8 +215,13 @@ def _relabel_blocks(snap: Any, rename_keys: bool = True, cap: int | None = None)
                     keys[k] = len(keys) if rename_keys else k
     if named < len(blocks):  # LRU v2's busy blocks (or a malformed state)
         rest = [e for e in blocks if e[1] not in keys or (e[0] not in ids and e[0] < issued)]
-        # by ref count (stable: the ties are symmetric, see above); keys kept: by key too, as text
-        rest.sort(key=_REF if rename_keys else lambda e: (e[2], repr(e[1])))
+        # by ref count, then by the name the tracker gave the key (ties left are symmetric, see
+        # above); keys kept: by key too, as text
+        if rename_keys:
+            late = len(keys) + len(blocks)  # after every key named so far
+            rest.sort(key=lambda e: (e[2], keys.get(e[1], late)))
+        else:
+            rest.sort(key=lambda e: (e[2], repr(e[1])))
         for b, k, _ in rest:
             if k not in keys:
                 keys[k] = len(keys) if rename_keys else k
@@ -485,8 +491,13 @@ class OffloadModel(Model):
         p = snap.policy
         refs = {k: r for _, k, r in p.blocks}
         ghosts = [*getattr(p, "b1", ()), *getattr(p, "b2", ())]
-        known = sorted({*refs, *ghosts})
-        unknown = [k for k in range(b.keys) if k not in refs and k not in ghosts]
+        # a key the tracker counts (or an event names) has state: not one of the interchangeable
+        # fresh keys, or states equal up to renaming would offer different calls
+        tracked = {k for seq in _tracked(snap) for k in seq} if snap.events or snap.counts else ()
+        known = sorted({*refs, *ghosts, *tracked})
+        unknown = [
+            k for k in range(b.keys) if k not in refs and k not in ghosts and k not in tracked
+        ]
         fresh = unknown[: b.store_width] if b.symmetry else unknown
         out: list[Edge] = []
         add = out.append
@@ -510,7 +521,12 @@ class OffloadModel(Model):
             add(Edge("complete_store", ([k], True)))
             add(Edge("complete_store", ([k], False)))
         if len(pending) > 1:
-            add(Edge("complete_store", (pending, True)))
+            # the batch's order is the order the keys become ready in. Pending keys are
+            # interchangeable only with key symmetry and no tracker (its counts tell them apart):
+            # then one order stands for all; otherwise every order (up to three keys)
+            whole = (b.symmetry and not snap.counts) or len(pending) > 3
+            for batch in [pending] if whole else itertools.permutations(pending):
+                add(Edge("complete_store", (list(batch), True)))
         for k in known:
             if 0 <= refs.get(k, -1) < b.max_loads:
                 add(Edge("prepare_load", ([k],)))
