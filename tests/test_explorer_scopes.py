@@ -14,18 +14,9 @@ from kvspec import exploration as cli_explore
 from kvspec.cli import main
 from proofs import explorer
 from proofs.explorer import OffloadBounds, PrefixCacheBounds, SchedulerBounds
+from stateful_tests.mutants_vllm import StoreThresholdOffByOne as ThresholdOffByOne
 
 TINY = {"capacity": 1, "keys": 2}  # the offload bounds every configuration shares here
-
-
-class ThresholdOffByOne(ImplManager):
-    """Planted: a key is stored after ``store_threshold - 1`` offers (the counts still kept).
-    Identical to the impl at ``store_threshold=1``, the base scope's only value."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.store_threshold >= 2:
-            self.store_threshold -= 1
 
 
 def _explore(cls: Any, scope: str | None, **overrides: Any) -> Any:
@@ -121,3 +112,45 @@ def test_cli_scope(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*argv, "--scope", "wide"]) == 2
     err = capsys.readouterr().err
     assert "no scope 'wide'" in err and len(err.strip().splitlines()) == 1
+
+
+# the planted bugs that need an option the base scope leaves off (issue 30): (component, mutant)
+OPTION_BUGS = (
+    ("vllm-prefix-cache", "caching_off_still_caches"),  # enable_caching=False
+    ("vllm-prefix-cache", "lookahead_not_clamped"),  # lookahead tokens at max_model_len
+    ("vllm-lru", "store_threshold_off_by_one"),  # store_threshold >= 2
+    ("sglang-radix-cache", "decode_page_boundary_off_by_one"),  # page_size > 1
+    ("sglang-radix-cache", "group_end_keeps_pending"),  # a repeated free_group_end
+    ("sglang-radix-cache", "merge_keeps_staging"),  # need_sort=True
+)
+
+
+def _mutant(component: str, name: str) -> Any:
+    return next(m for m in components.get(component).planted if m.name == name)
+
+
+@pytest.mark.parametrize(("component", "name"), OPTION_BUGS)
+def test_a_bug_behind_an_option_is_caught_by_the_default_explore(component: str, name: str) -> None:
+    comp, m = components.get(component), _mutant(component, name)
+    out = cli_explore.explore_component(
+        comp, m.cls, f"mutant:{name}", variants=[m.variant] if m.variant else None
+    )  # no scope, no bounds: the default scope
+    assert out.scope == "default"
+    assert not out.passed, f"{name} survived the default explore"
+    assert out.configs[-1] != "base", "caught by the base alone: not an option bug"
+
+
+@pytest.mark.parametrize(("component", "name"), OPTION_BUGS)
+def test_a_bug_behind_an_option_is_caught_by_check_with_the_ci_profile(
+    component: str, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["check", component, "--target", f"mutant:{name}", "--profile", "ci", "--json"]
+    assert main(argv) == 1, f"{name} survived check --profile ci"
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["passed"] is False and doc["counterexample"]
+
+
+def test_without_scope_or_bounds_explore_runs_the_default_scope_and_with_bounds_the_base() -> None:
+    assert explorer.default_scope(None) == explorer.default_scope({}) == "default"
+    assert explorer.default_scope({"bad_inputs": False}) == "default"  # --inputs well-formed
+    assert explorer.default_scope({"capacity": 1}) == "base"
