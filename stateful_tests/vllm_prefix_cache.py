@@ -249,6 +249,14 @@ class Driver:
                     cov["path:hit_on_free_block"] += 1
             if args[1] == 0:
                 cov["path:adopted_hits_only"] += 1
+            req = self.spec_h.requests.get(args[0])
+            if (
+                len(args) > 3
+                and args[3]
+                and req
+                and req.num_tokens + args[3] > self.config.max_model_len
+            ):
+                cov["path:lookahead_clamped"] += 1  # slots asked past the cap, clamped
         if any(len(ids) > 1 for _, ids in after.cached):
             cov["path:duplicate_cache_entries"] += 1
         if len(after.cached) < len(before.cached) and method in _ALLOCATING:
@@ -307,6 +315,15 @@ class Driver:
             prompt.append(c.int(0, self.config.vocab - 1))
         return prompt[:top]
 
+    def draw_lookahead(self, c: Chooser, rid: str) -> int:
+        """Lookahead (speculative) slots, mostly none; some within a block, some that take the
+        request to ``max_model_len`` or one past it, where the needed slots are clamped."""
+        bs = self.config.block_size
+        room = self.config.max_model_len - self.spec_h.requests[rid].num_tokens
+        if 0 <= room <= 2 * bs and c.chance(0.3):  # near the cap: at it or one past it
+            return max(1, room + c.int(0, 1))
+        return c.int(1, bs) if c.chance(0.15) else 0
+
     def draw_budget(self, c: Chooser) -> int:
         bs = self.config.block_size
         return c.pick((1, bs, bs + 1, 2 * bs, 64, 64, 64))
@@ -352,7 +369,7 @@ class Driver:
         """The next chunk or decode token of a running request; when the pool is full, preempt
         the last running request (vLLM's FCFS policy) and try once more."""
         rid = c.pick(self.running())
-        lookahead = c.int(1, self.config.block_size) if c.chance(0.15) else 0
+        lookahead = self.draw_lookahead(c, rid)
         budget, token = self.draw_budget(c), self._token(c)
         out = self.call("schedule", rid, budget, token, lookahead)
         if out.returned is None and out.raised is None and c.chance(0.7):
@@ -538,7 +555,7 @@ CHECKER = CheckerDef(
     # prefix hits on free blocks
     examples=(
         Example(
-            1,
+            23,
             steps=200,
             config={
                 "num_blocks": 6,
