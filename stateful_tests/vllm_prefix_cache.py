@@ -319,7 +319,7 @@ class Driver:
         """Lookahead (speculative) slots, mostly none; some within a block, some that take the
         request to ``max_model_len`` or one past it, where the needed slots are clamped."""
         bs = self.config.block_size
-        room = self.config.max_model_len - self.spec_h.requests[rid].num_tokens
+        room: int = self.config.max_model_len - self.spec_h.requests[rid].num_tokens
         if 0 <= room <= 2 * bs and c.chance(0.3):  # near the cap: at it or one past it
             return max(1, room + c.int(0, 1))
         return c.int(1, bs) if c.chance(0.15) else 0
