@@ -10,6 +10,7 @@ registry (:mod:`kvspec.components`).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -62,6 +63,26 @@ def print_details(
         print_counterexample(cx)
 
 
+def _scope(comp: Any, result: Any, inputs: str) -> dict[str, Any]:
+    from stateful_tests.checker import scope_report
+
+    return scope_report(comp.checker_def, result.coverage, inputs)
+
+
+def _values(values: list[Any]) -> str:
+    """A field's drawn values, short: a run of five or more integers as ``lo..hi (n values)``."""
+    if len(values) >= 5 and all(type(v) is int for v in values):
+        return f"{values[0]}..{values[-1]} ({len(values)} values)"
+    return ", ".join(json.dumps(v) for v in values)
+
+
+def print_scope(scope: dict[str, Any]) -> None:
+    """The option values a check or fuzz run drew and the operations it never ran."""
+    dims = "; ".join(f"{name} {_values(vals)}" for name, vals in scope["dimensions"].items())
+    OUT.print(f"option values drawn: {escape(dims) or 'none'}")
+    OUT.print(f"operations never reached: {', '.join(scope['unreached_operations']) or 'none'}")
+
+
 # ----------------------------------------------------------------------------- commands
 def cmd_check(args: argparse.Namespace) -> int:
     from stateful_tests import profiles
@@ -101,11 +122,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         "passed": result.passed,
         "seconds": round(result.seconds, 2),
         "counterexample": cx,
+        "scope": _scope(comp, result, args.inputs),
         "coverage": result.coverage,
     }
     emit(document, args.json)
     if not args.json:
         print_details(args, result.coverage, cx)
+        print_scope(document["scope"])
         verdict = "[green]passed[/]" if result.passed else "[red]FAILED[/]"
         OUT.print(
             f"{component} {escape(label)} vs {escape(against(reference))}: {verdict} — "
@@ -156,11 +179,13 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         "calls_per_cpu_second": round(result.steps / cpu_seconds, 1) if cpu_seconds else None,
         "divergences": 0 if result.passed else 1,
         "counterexample": cx,
+        "scope": _scope(comp, result, args.inputs),
         "coverage": result.coverage,
     }
     emit(document, args.json)
     if not args.json:
         print_details(args, result.coverage, cx)
+        print_scope(document["scope"])
         OUT.print(
             f"fuzz {component} {escape(label)} vs {escape(against(reference))}: "
             f"{result.steps:,} ops in {result.seconds:.1f}s "

@@ -21,6 +21,7 @@ A driver offers: ``config``, ``steps``, ``coverage``, one method per operation n
 from __future__ import annotations
 
 import gc
+import json
 import random
 import sys
 import time
@@ -270,6 +271,7 @@ def make_machine(
     def start(self: Any, data: st.DataObject) -> None:
         cls = type(self)
         cls.last_config = config = checker.machine_config(DataChooser(data), variant, options)
+        count_config(cls.coverage, config)
         cls.last_driver = None
         self.d = start_driver(checker, target_cls, config, options, reference)
         cls.drivers_started += 1
@@ -425,6 +427,33 @@ def check(
     return result
 
 
+def count_config(coverage: Counter[str], config: Any) -> None:
+    """Count one drawn configuration in ``coverage``: ``config:FIELD=VALUE`` (JSON) per scalar
+    field, so a report can say which option values its programs ran under."""
+    for name, value in config.to_json().items():
+        if value is None or isinstance(value, (bool, int, float, str)):
+            coverage[f"config:{name}={json.dumps(value)}"] += 1
+
+
+def scope_report(checker: CheckerDef, coverage: Mapping[str, int], inputs: str) -> dict[str, Any]:
+    """What a check or fuzz run covered: each configuration field's values drawn (from the
+    ``config:`` counts of :func:`count_config`) and the operations table's rows never run."""
+    drawn: dict[str, set[Any]] = {}
+    for key in coverage:
+        if key.startswith("config:"):
+            name, _, value = key[len("config:") :].partition("=")
+            drawn.setdefault(name, set()).add(json.loads(value))
+    return {
+        "dimensions": {
+            name: sorted(values, key=lambda v: (type(v).__name__, v))
+            for name, values in sorted(drawn.items())
+        },
+        "unreached_operations": [
+            op.name for op in checker.table(inputs) if not coverage.get(f"rule:{op.name}")
+        ],
+    }
+
+
 def run_example(
     component: str,
     checker: CheckerDef,
@@ -451,6 +480,7 @@ def run_example(
     table = checker.table(inputs)
     by_name = {op.name: op for op in checker.operations}
     coverage: Counter[str] = Counter()
+    count_config(coverage, config)
     started = time.perf_counter()
     d: Any = None
     failure: Divergence | None = None
@@ -563,6 +593,7 @@ def fuzz(
     with call_timeout(timeout), _collect_per_episode():
         while done < ops:
             config = checker.fuzz_config(chooser, variant, opts)
+            count_config(coverage, config)
             episodes += 1
             d: Any = None
             try:

@@ -154,3 +154,43 @@ def test_without_scope_or_bounds_explore_runs_the_default_scope_and_with_bounds_
     assert explorer.default_scope(None) == explorer.default_scope({}) == "default"
     assert explorer.default_scope({"bad_inputs": False}) == "default"  # --inputs well-formed
     assert explorer.default_scope({"capacity": 1}) == "base"
+
+
+def test_check_and_fuzz_reports_say_which_option_values_they_drew(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stateful_tests.vllm_offload import OPERATIONS as OFFLOAD_OPERATIONS
+
+    assert main(["fuzz", "vllm-lru", "--ops", "2000", "--json"]) == 0
+    scope = json.loads(capsys.readouterr().out)["scope"]
+    assert scope["dimensions"]["policy"] == ["lru"]
+    assert set(scope["dimensions"]["store_threshold"]) <= {1, 2}
+    names = {op.name for op in OFFLOAD_OPERATIONS}
+    assert set(scope["unreached_operations"]) <= names
+    assert main(["check", "vllm-prefix-cache", "--profile", "ci", "--json"]) == 0
+    scope = json.loads(capsys.readouterr().out)["scope"]
+    assert scope["dimensions"]["enable_caching"] == [False, True]  # caching off is drawn
+    assert scope["unreached_operations"] == []
+    assert main(["fuzz", "vllm-lru", "--ops", "500"]) == 0
+    text = capsys.readouterr().out
+    assert "option values drawn: " in text and 'policy "lru"' in text
+    assert "operations never reached: " in text
+
+
+def test_scope_report_reads_the_drawn_configurations() -> None:
+    from collections import Counter
+
+    from stateful_tests import vllm_offload
+    from stateful_tests.checker import count_config, scope_report
+
+    coverage: Counter[str] = Counter({"rule:lookup": 3})
+    for threshold in (2, 1, 2):
+        config = vllm_offload.Config(
+            policy="lru", variant="v2", num_blocks=2, num_keys=3, store_threshold=threshold
+        )
+        count_config(coverage, config)
+    report = scope_report(vllm_offload.CHECKER, coverage, "all")
+    assert report["dimensions"]["store_threshold"] == [1, 2]
+    assert coverage["config:store_threshold=2"] == 2
+    assert "lookup" not in report["unreached_operations"]
+    assert "prepare_store" in report["unreached_operations"]
