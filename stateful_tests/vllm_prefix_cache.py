@@ -566,6 +566,21 @@ CHECKER = CheckerDef(
             },
             variants=("unhashed_first",),
         ),
+        # caching off, and lookahead slots at the length cap: the options the planted option
+        # bugs need (issue 30), reached whatever hypothesis' generator draws
+        Example(
+            1,
+            steps=150,
+            config={
+                "num_blocks": 5,
+                "block_size": 2,
+                "max_model_len": 6,
+                "vocab": 2,
+                "max_requests": 3,
+                "enable_caching": False,
+            },
+            variants=("unhashed_first",),
+        ),
         # up to 0.31: the common-prefix count with a holder that has no cached count,
         # full_sequence_must_fit refusing, an event parent after its block was evicted
         Example(
