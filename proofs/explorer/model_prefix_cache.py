@@ -38,7 +38,7 @@ class PrefixCacheBounds:
     ``0..gen_vocab-1``; token budgets 1 and unlimited (and 0, adopting hits only); admissions with
     ``full_sequence_must_fit`` and with one reserved block. ``caching``: the manager's
     ``enable_caching``; ``lookahead``: schedule steps also reserve that many lookahead (speculative)
-    slots (0: none)."""
+    slots (0: none); ``eagle``: ``use_eagle``; ``watermark``: a watermark of one block."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -51,6 +51,8 @@ class PrefixCacheBounds:
     bad_inputs: bool = True
     caching: bool = True
     lookahead: int = 0
+    eagle: bool = False
+    watermark: bool = False
 
     # The default scope is a small product: caching off and lookahead slots at the length cap (one
     # variant each: the option, not the variant, is what they add), then the base for every
@@ -69,14 +71,29 @@ class PrefixCacheBounds:
                     "variant": "unhashed_first",
                 },
             ),
+            # EAGLE's dropped last hit block, and an admission watermark of one block
+            # (one token value: every prompt is a prefix hit of an earlier one)
+            (
+                "eagle-watermark",
+                {"eagle": True, "watermark": True, "vocab": 1, "variant": "unhashed_first"},
+            ),
             ("base", {}),
         ),
     }
-    DIMENSIONS: ClassVar[tuple[str, ...]] = ("variant", "caching", "lookahead", "block_size")
+    DIMENSIONS: ClassVar[tuple[str, ...]] = (
+        "variant",
+        "caching",
+        "lookahead",
+        "eagle",
+        "watermark",
+        "block_size",
+    )
 
     HELP: ClassVar[dict[str, str]] = {
         "caching": "enable_caching (prefix caching on)",
         "lookahead": "lookahead (speculative) slots a schedule step may also reserve",
+        "eagle": "use_eagle (the last block of a prefix hit is dropped)",
+        "watermark": "an admission watermark of one block (waiting requests keep it free)",
         "blocks": "blocks in the pool, the null block included",
         "block_size": "tokens per block",
         "max_model_len": "tokens per request at most",
@@ -165,6 +182,9 @@ class PrefixCacheModel(Model):
             max_requests=b.requests,
             enable_kv_cache_events=False,
             enable_caching=b.caching,
+            use_eagle=b.eagle,
+            # int(watermark * num_blocks) blocks are kept: 1.5 / blocks gives exactly one
+            watermark=1.5 / b.blocks if b.watermark else 0.0,
         )
         self.prompts = [
             p
