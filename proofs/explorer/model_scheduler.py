@@ -55,6 +55,7 @@ class SchedulerBounds:
     prefix_caching: bool = True
     connector: bool = False
     speculation: bool = False
+    mamba: bool = False
     soundness: bool = False
     forget_finished: bool = True
 
@@ -68,6 +69,19 @@ class SchedulerBounds:
             ),
             ("connector", {"connector": True, "pages": 3, "requests": 1, "variant": "legacy"}),
             ("speculation", {"speculation": True, "requests": 2, "pages": 3, "variant": "legacy"}),
+            # four requests in one batch against a Mamba pool of three slots
+            (
+                "mamba",
+                {
+                    "mamba": True,
+                    "requests": 4,
+                    "batch": 4,
+                    "pages": 3,
+                    "prompt_tokens": 1,
+                    "max_new": 1,
+                    "variant": "legacy",
+                },
+            ),
             ("base", {}),
         ),
     }
@@ -76,6 +90,7 @@ class SchedulerBounds:
         "prefix_caching",
         "connector",
         "speculation",
+        "mamba",
         "block_size",
     )
 
@@ -92,6 +107,7 @@ class SchedulerBounds:
         "prefix_caching": "prefix caching",
         "connector": "a scripted PD connector and its events",
         "speculation": "draft tokens in decode steps",
+        "mamba": "a Mamba state pool of 3 slots (has_mamba_cache; not with --connector)",
         "soundness": "also fail when a decode step runs out of pages without draft tokens",
         "forget_finished": (
             "finished requests no code can reach any more keyed by their id only (their "
@@ -122,6 +138,8 @@ class SchedulerBounds:
                 ("gen_vocab", 1, 4),
             ),
         )
+        if self.mamba and self.connector:
+            raise ValueError("--mamba and --connector do not go together (as in the checkers)")
 
 
 _RIDS = tuple(sys.intern(f"r{i}") for i in range(8))  # interned: set tables hold their addresses
@@ -341,7 +359,7 @@ class SchedulerModel(Model):
             max_num_batched_tokens=bounds.budget,
             prefix_caching=bounds.prefix_caching,
             connector=bounds.connector,
-            mamba=False,
+            mamba=bounds.mamba,
             speculation=bounds.speculation,
             reservation=bounds.variant,
             vocab=bounds.vocab,
