@@ -695,7 +695,13 @@ def test_a_pair_in_the_next_frontier_keeps_its_objects(
     """The last call of a state runs on the pair's own objects only when no state of the next
     frontier shares the pair (the prefix-cache model's pairs carry several generator models):
     the same shortest counterexample as with copies for every call."""
-    args = ["vllm-prefix-cache", "--target", "mutant:same_block_twice_in_free_queue"]
+    args = [
+        "vllm-prefix-cache",
+        "--target",
+        "mutant:same_block_twice_in_free_queue",
+        "--scope",
+        "base",
+    ]
     consumed = _explore_json(args, capsys)
     from proofs.explorer import engine
 

@@ -55,10 +55,11 @@ def test_default_scope_reports_each_configuration_and_the_values_covered() -> No
     assert cov["scope"] == "tracker"
     assert [(c["name"], c["explored"]) for c in cov["configurations"]] == [
         ("store-threshold", True),
+        ("events", True),
         ("base", True),
     ]
     assert cov["dimensions"]["store_threshold"] == [1, 2]
-    assert [r["configuration"] for r in doc["runs"]] == ["store-threshold", "base"]
+    assert [r["configuration"] for r in doc["runs"]] == ["store-threshold", "events", "base"]
     assert cov["unreached_operations"] == []
 
 
@@ -97,7 +98,8 @@ def test_unreached_operations_are_reported() -> None:
     doc = cli_explore.explore_component(
         comp, ImplManager, "t", variants=["r0.34"], overrides=TINY
     ).to_json()
-    assert doc["coverage"]["unreached_operations"] == ["touch"]
+    # and the base leaves the manager's events off: take_events is never offered either
+    assert doc["coverage"]["unreached_operations"] == ["take_events", "touch"]
 
 
 def test_cli_scope(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +109,7 @@ def test_cli_scope(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["coverage"]["scope"] == "tracker"
     assert main([*argv, "--scope", "tracker"]) == 0
     text = capsys.readouterr().out
-    assert "scope tracker: configurations store-threshold, base" in text
+    assert "scope tracker: configurations store-threshold, events, base" in text
     assert "operations never reached: none" in text
     assert main([*argv, "--scope", "wide"]) == 2
     err = capsys.readouterr().err
@@ -194,3 +196,21 @@ def test_scope_report_reads_the_drawn_configurations() -> None:
     assert coverage["config:store_threshold=2"] == 2
     assert "lookup" not in report["unreached_operations"]
     assert "prepare_store" in report["unreached_operations"]
+
+
+class EventsLost(ImplManager):
+    """Planted for this test: take_events hands out nothing (the events are still cleared)."""
+
+    def take_events(self) -> Any:
+        list(super().take_events())
+        return iter(())
+
+
+def test_the_default_offload_scope_takes_the_managers_events() -> None:
+    comp = components.get("vllm-lru")
+    assert cli_explore.explore_component(comp, EventsLost, "t", scope="base").passed
+    out = cli_explore.explore_component(comp, EventsLost, "t", variants=["r0.34"])
+    assert not out.passed and out.configs[-1] == "events"
+    doc = cli_explore.explore_component(comp, ImplManager, "t", variants=["r0.34"]).to_json()
+    assert doc["coverage"]["dimensions"]["events"] == [False, True]
+    assert "take_events" not in doc["coverage"]["unreached_operations"]

@@ -51,7 +51,12 @@ class OffloadBounds:
     stored once offered (or looked up, by release) that many times, counted by an access tracker
     of ``tracker`` keys (1: no tracker). ``count_saturation``: tracker counts above
     ``store_threshold + 1`` are explored as ``store_threshold + 1`` (the spec reads a count only as
-    ``>= store_threshold``; the one extra value still tells a target's ``==`` from ``>=``)."""
+    ``>= store_threshold``; the one extra value still tells a target's ``==`` from ``>=``).
+    ``events``: ``enable_events``, the events taken by ``take_events``; at most ``MAX_EVENTS``
+    pending (beyond that only read-only calls and ``take_events`` are offered, so the scope
+    stays finite)."""
+
+    MAX_EVENTS: ClassVar[int] = 2
 
     variant: str = ""
     capacity: int = 3
@@ -65,6 +70,7 @@ class OffloadBounds:
     store_threshold: int = 1
     tracker: int = 8
     count_saturation: bool = True
+    events: bool = False
 
     # "tracker": the access tracker (threshold 2, a tracker smaller than the key alphabet, so it
     # also drops counts) at a smaller capacity, then the base. Finite only with count_saturation
@@ -83,14 +89,23 @@ class OffloadBounds:
                     "variant": "r0.34",
                 },
             ),
+            # the manager's events and take_events, on the newest release
+            ("events", {"events": True, "capacity": 2, "keys": 3, "variant": "r0.34"}),
             ("base", {}),
         ),
         "tracker": (
             ("store-threshold", {"store_threshold": 2, "tracker": 3, "capacity": 2, "keys": 4}),
+            ("events", {"events": True, "capacity": 2, "keys": 3}),
             ("base", {}),
         ),
     }
-    DIMENSIONS: ClassVar[tuple[str, ...]] = ("variant", "store_threshold", "tracker", "capacity")
+    DIMENSIONS: ClassVar[tuple[str, ...]] = (
+        "variant",
+        "store_threshold",
+        "tracker",
+        "events",
+        "capacity",
+    )
 
     HELP: ClassVar[dict[str, str]] = {
         "store_threshold": "offers (or lookups) before a key is stored (1: no access tracker)",
@@ -106,6 +121,7 @@ class OffloadBounds:
         "explored once)",
         "count_saturation": "tracker counts above store-threshold + 1 explored as one value "
         "(without it a tracker scope needs --depth)",
+        "events": "enable_events and take_events (at most two events pending)",
     }
 
     def validate(self) -> None:
@@ -412,6 +428,7 @@ class OffloadModel(Model):
         "prepare_load",
         "prepare_store",
         "reset_cache",
+        "take_events",
         "touch",
     )
 
@@ -440,7 +457,7 @@ class OffloadModel(Model):
             variant=bounds.variant,
             num_blocks=bounds.capacity,
             num_keys=bounds.keys,
-            enable_events=False,
+            enable_events=bounds.events,
             store_threshold=bounds.store_threshold,
             max_tracker_size=bounds.tracker,
         )
@@ -452,8 +469,10 @@ class OffloadModel(Model):
         spec = ManagerHarness(self.spec_cls, self.config)
         target = ManagerHarness(self.target_cls, self.config)
         # fast_read does not read the access tracker's counts: only without a tracker
-        if self.b.store_threshold == 1 and all(
-            fast_read(h) == read_offload_manager(h.m) for h in (spec, target)
+        if (
+            self.b.store_threshold == 1
+            and not self.b.events
+            and all(fast_read(h) == read_offload_manager(h.m) for h in (spec, target))
         ):
             self.reader = fast_read  # the one reader's values, built faster
         return spec, target, ()
@@ -547,6 +566,11 @@ class OffloadModel(Model):
                 add(rejected("complete_load", ([k],)))  # ref_cnt already 0
             first = (known + unknown)[0]
             add(rejected("prepare_store", ([first, first],)))  # repeated key
+        if snap.events is not None:
+            if len(snap.events) >= b.MAX_EVENTS:  # take them before anything else changes
+                out = [e for e in out if e.readonly]
+            add = out.append
+            add(Edge("take_events", ()))
         return out
 
     def edge_checks(
