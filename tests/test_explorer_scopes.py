@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from impl.vllm.kv_cache_manager import KVCacheManager as PrefixImpl
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplManager
 from kvspec import components
 from kvspec import exploration as cli_explore
@@ -214,3 +215,21 @@ def test_the_default_offload_scope_takes_the_managers_events() -> None:
     doc = cli_explore.explore_component(comp, ImplManager, "t", variants=["r0.34"]).to_json()
     assert doc["coverage"]["dimensions"]["events"] == [False, True]
     assert "take_events" not in doc["coverage"]["unreached_operations"]
+
+
+class PrefixEventsLost(PrefixImpl):
+    """Planted for this test: take_events hands out nothing (the queue is still emptied)."""
+
+    def take_events(self) -> Any:
+        super().take_events()
+        return []
+
+
+def test_the_default_prefix_cache_scope_takes_the_pools_events() -> None:
+    comp = components.get("vllm-prefix-cache")
+    one = ["unhashed_first"]
+    assert cli_explore.explore_component(
+        comp, PrefixEventsLost, "t", variants=one, scope="base"
+    ).passed
+    out = cli_explore.explore_component(comp, PrefixEventsLost, "t", variants=one)
+    assert not out.passed and out.configs[-1] == "events"

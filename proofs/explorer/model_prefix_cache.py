@@ -38,7 +38,9 @@ class PrefixCacheBounds:
     ``0..gen_vocab-1``; token budgets 1 and unlimited (and 0, adopting hits only); admissions with
     ``full_sequence_must_fit`` and with one reserved block. ``caching``: the manager's
     ``enable_caching``; ``lookahead``: schedule steps also reserve that many lookahead (speculative)
-    slots (0: none); ``eagle``: ``use_eagle``; ``watermark``: a watermark of one block."""
+    slots (0: none); ``eagle``: ``use_eagle``; ``watermark``: a watermark of one block;
+    ``events``: ``enable_kv_cache_events`` and ``take_events`` (at most ``MAX_EVENTS`` rows
+    pending: beyond that only read-only calls and ``take_events`` are offered)."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -53,6 +55,9 @@ class PrefixCacheBounds:
     lookahead: int = 0
     eagle: bool = False
     watermark: bool = False
+    events: bool = False
+
+    MAX_EVENTS: ClassVar[int] = 2  # pending event rows beyond which only take_events changes state
 
     # The default scope is a small product: caching off and lookahead slots at the length cap (one
     # variant each: the option, not the variant, is what they add), then the base for every
@@ -77,6 +82,8 @@ class PrefixCacheBounds:
                 "eagle-watermark",
                 {"eagle": True, "watermark": True, "vocab": 1, "variant": "unhashed_first"},
             ),
+            # the pool's KV cache events and take_events (one request: events multiply the states)
+            ("events", {"events": True, "requests": 1, "variant": "unhashed_first"}),
             ("base", {}),
         ),
     }
@@ -86,6 +93,7 @@ class PrefixCacheBounds:
         "lookahead",
         "eagle",
         "watermark",
+        "events",
         "block_size",
     )
 
@@ -94,6 +102,7 @@ class PrefixCacheBounds:
         "lookahead": "lookahead (speculative) slots a schedule step may also reserve",
         "eagle": "use_eagle (the last block of a prefix hit is dropped)",
         "watermark": "an admission watermark of one block (waiting requests keep it free)",
+        "events": "enable_kv_cache_events and take_events (at most two event rows pending)",
         "blocks": "blocks in the pool, the null block included",
         "block_size": "tokens per block",
         "max_model_len": "tokens per request at most",
@@ -156,6 +165,7 @@ class PrefixCacheModel(Model):
         "preempt",
         "reset_prefix_cache",
         "schedule",
+        "take_events",
     )
 
     def __init__(
@@ -180,7 +190,7 @@ class PrefixCacheModel(Model):
             max_model_len=b.max_model_len,
             vocab=b.vocab,
             max_requests=b.requests,
-            enable_kv_cache_events=False,
+            enable_kv_cache_events=b.events,
             enable_caching=b.caching,
             use_eagle=b.eagle,
             # int(watermark * num_blocks) blocks are kept: 1.5 / blocks gives exactly one
@@ -284,6 +294,10 @@ class PrefixCacheModel(Model):
             stale = [x for x in g.freed if snap.ref_cnts[x] == 0]
             if stale:
                 add(rejected("free_blocks", (stale[::-1],)))
+        if snap.events is not None:
+            if len(snap.events) >= b.MAX_EVENTS:  # taken before anything else changes
+                out = [e for e in out if e.readonly]
+            out.append(Edge("take_events", ()))
         return out
 
     def edge_checks(
