@@ -249,14 +249,10 @@ class Driver:
                     cov["path:hit_on_free_block"] += 1
             if args[1] == 0:
                 cov["path:adopted_hits_only"] += 1
-            req = self.spec_h.requests.get(args[0])
-            if (
-                len(args) > 3
-                and args[3]
-                and req
-                and req.num_tokens + args[3] > self.config.max_model_len
-            ):
-                cov["path:lookahead_clamped"] += 1  # slots asked past the cap, clamped
+            if len(args) > 3 and args[3]:  # lookahead slots: past the cap they are clamped
+                req = self.spec_h.requests.get(args[0])
+                if req and req.num_tokens + args[3] > self.config.max_model_len:
+                    cov["path:lookahead_clamped"] += 1
         if any(len(ids) > 1 for _, ids in after.cached):
             cov["path:duplicate_cache_entries"] += 1
         if len(after.cached) < len(before.cached) and method in _ALLOCATING:

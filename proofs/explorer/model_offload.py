@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, ClassVar
 
-from proofs.explorer.search import Edge, Model, check_ranges, rejected
+from proofs.explorer.search import Edge, Model, check_ranges, rejected, with_take_events
 from proofs.explorer.set_clone import clone
 from spec import invariants as inv
 from spec.vllm import BlockStatus
@@ -52,11 +52,9 @@ class OffloadBounds:
     of ``tracker`` keys (1: no tracker). ``count_saturation``: tracker counts above
     ``store_threshold + 1`` are explored as ``store_threshold + 1`` (the spec reads a count only as
     ``>= store_threshold``; the one extra value still tells a target's ``==`` from ``>=``).
-    ``events``: ``enable_events``, the events taken by ``take_events``; at most ``MAX_EVENTS``
+    ``events``: ``enable_events``, the events taken by ``take_events``; at most ``search.MAX_EVENTS``
     pending (beyond that only read-only calls and ``take_events`` are offered, so the scope
     stays finite)."""
-
-    MAX_EVENTS: ClassVar[int] = 2
 
     variant: str = ""
     capacity: int = 3
@@ -566,12 +564,7 @@ class OffloadModel(Model):
                 add(rejected("complete_load", ([k],)))  # ref_cnt already 0
             first = (known + unknown)[0]
             add(rejected("prepare_store", ([first, first],)))  # repeated key
-        if snap.events is not None:
-            if len(snap.events) >= b.MAX_EVENTS:  # take them before anything else changes
-                out = [e for e in out if e.readonly]
-            add = out.append
-            add(Edge("take_events", ()))
-        return out
+        return with_take_events(out, snap.events)
 
     def edge_checks(
         self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from impl.vllm.block_pool import KVCacheBlock as ImplBlock
 from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
-from proofs.explorer.search import Edge, Model, check_ranges, rejected
+from proofs.explorer.search import Edge, Model, check_ranges, rejected, with_take_events
 from proofs.explorer.set_clone import clone
 from spec import invariants as inv
 from spec.vllm.block_pool import KVCacheBlock as SpecBlock
@@ -39,7 +39,7 @@ class PrefixCacheBounds:
     ``full_sequence_must_fit`` and with one reserved block. ``caching``: the manager's
     ``enable_caching``; ``lookahead``: schedule steps also reserve that many lookahead (speculative)
     slots (0: none); ``eagle``: ``use_eagle``; ``watermark``: a watermark of one block;
-    ``events``: ``enable_kv_cache_events`` and ``take_events`` (at most ``MAX_EVENTS`` rows
+    ``events``: ``enable_kv_cache_events`` and ``take_events`` (at most ``search.MAX_EVENTS`` rows
     pending: beyond that only read-only calls and ``take_events`` are offered)."""
 
     variant: str = "unhashed_first"
@@ -56,8 +56,6 @@ class PrefixCacheBounds:
     eagle: bool = False
     watermark: bool = False
     events: bool = False
-
-    MAX_EVENTS: ClassVar[int] = 2  # pending event rows beyond which only take_events changes state
 
     # The default scope is a small product: caching off and lookahead slots at the length cap (one
     # variant each: the option, not the variant, is what they add), then the base for every
@@ -294,11 +292,7 @@ class PrefixCacheModel(Model):
             stale = [x for x in g.freed if snap.ref_cnts[x] == 0]
             if stale:
                 add(rejected("free_blocks", (stale[::-1],)))
-        if snap.events is not None:
-            if len(snap.events) >= b.MAX_EVENTS:  # taken before anything else changes
-                out = [e for e in out if e.readonly]
-            out.append(Edge("take_events", ()))
-        return out
+        return with_take_events(out, snap.events)
 
     def edge_checks(
         self, edge: Edge, before: Any, snap: Any, spec_out: Outcome, target: Any, gen: Any

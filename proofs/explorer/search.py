@@ -100,6 +100,19 @@ def rejected(method: str, args: tuple[Any, ...]) -> Edge:
     return Edge(method, args, readonly=True, bad=True)
 
 
+MAX_EVENTS = 2  # pending event rows beyond which only take_events may change a state
+
+
+def with_take_events(edges: list[Edge], events: Sequence[Any] | None) -> list[Edge]:
+    """``edges`` and ``take_events`` for a state whose component keeps ``events`` (``None``:
+    events off, ``edges`` as they are). With ``MAX_EVENTS`` rows pending only the read-only edges
+    stay, so the events are taken before anything else changes (a finite scope)."""
+    if events is None:
+        return edges
+    kept = [e for e in edges if e.readonly] if len(events) >= MAX_EVENTS else edges
+    return [*kept, Edge("take_events", ())]
+
+
 def check_ranges(bounds: Any, ranges: tuple[tuple[str, int, int], ...]) -> None:
     """``ValueError`` naming the command-line option of the first bound of ``bounds`` outside its
     ``(name, lo, hi)`` range (inclusive)."""
