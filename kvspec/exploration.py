@@ -397,10 +397,21 @@ def _print_coverage(cov: dict[str, Any] | None) -> None:
     OUT.print("operations never reached: " + (", ".join(unreached) if unreached else "none"))
 
 
+def scope_gaps(coverage: Mapping[str, Any]) -> list[str]:
+    """What a default-scope run left out that its scope promises: operations of the alphabet
+    never offered, and on/off dimensions explored at one value only."""
+    gaps = [f"operation {op} never reached" for op in coverage.get("unreached_operations", ())]
+    for name, values in coverage.get("dimensions", {}).items():
+        if values and all(isinstance(v, bool) for v in values) and len(set(values)) < 2:
+            gaps.append(f"option {name} explored {values[0]} only")
+    return gaps
+
+
 def verify_stage(quick: bool = False) -> tuple[str, str]:
     """``kvspec verify``'s explorer stage: impl against spec, every component's default scope
     explored completely, its base replaced by the smaller verify bounds (the option
-    configurations keep their own values). Returns ``(status, summary)``."""
+    configurations keep their own values); it fails when the scope leaves an operation or an
+    on/off option out (:func:`scope_gaps`). Returns ``(status, summary)``."""
     parts: list[str] = []
     for comp in components.all_components():
         if comp.explorer is None:
@@ -423,5 +434,8 @@ def verify_stage(quick: bool = False) -> tuple[str, str]:
                 "fail",
                 f"{comp.name}: the small scope did not complete ({doc['runs'][-1]['message']})",
             )
+        gaps = scope_gaps(doc["coverage"])
+        if gaps:  # "complete" would mean complete for less than the documented scope
+            return "fail", f"{comp.name}: the default scope left out: {'; '.join(gaps)}"
         parts.append(f"{comp.name} {doc['distinct_states']:,}")
     return "pass", "complete, no violation; states: " + ", ".join(parts)

@@ -233,3 +233,46 @@ def test_the_default_prefix_cache_scope_takes_the_pools_events() -> None:
     ).passed
     out = cli_explore.explore_component(comp, PrefixEventsLost, "t", variants=one)
     assert not out.passed and out.configs[-1] == "events"
+
+
+class ExternalBlocksAsNew(PrefixImpl):
+    """Planted for this test: blocks for connector-loaded tokens are not allocated at adoption,
+    so they come back among the step's new blocks."""
+
+    def _adopt(self, rid: str, hits: Any, num_total: int, num_external: int) -> Any:
+        return super()._adopt(rid, hits, num_total, 0)
+
+
+def test_the_default_prefix_cache_scope_admits_with_external_tokens() -> None:
+    comp = components.get("vllm-prefix-cache")
+    one = ["unhashed_first"]
+    assert cli_explore.explore_component(
+        comp, ExternalBlocksAsNew, "t", variants=one, scope="base"
+    ).passed
+    out = cli_explore.explore_component(comp, ExternalBlocksAsNew, "t", variants=one)
+    assert not out.passed and out.configs[-1] == "external"
+    assert out.to_json()["coverage"]["dimensions"]["external"] == [0, 1]
+
+
+def test_scope_gaps_name_unreached_operations_and_one_sided_options() -> None:
+    full = {"dimensions": {"caching": [False, True], "block_size": [1]}, "unreached_operations": []}
+    assert cli_explore.scope_gaps(full) == []
+    gappy = {"dimensions": {"caching": [True], "variant": ["a"]}, "unreached_operations": ["touch"]}
+    assert cli_explore.scope_gaps(gappy) == [
+        "operation touch never reached",
+        "option caching explored True only",
+    ]
+
+
+def test_the_verify_explorer_stage_fails_on_a_scope_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the SGLang cache with its option configurations dropped: need_sort and the free groups
+    # stay off, and the stage must fail rather than report "complete"
+    from proofs.explorer.model_sglang import RadixCacheBounds
+
+    comp = components.get("sglang-radix-cache")
+    monkeypatch.setattr(RadixCacheBounds, "SCOPES", {"default": (("base", {}),)})
+    monkeypatch.setattr(cli_explore.components, "all_components", lambda: [comp])
+    status, summary = cli_explore.verify_stage()
+    assert status == "fail"
+    assert "option need_sort explored False only" in summary
+    assert "operation group_end never reached" in summary

@@ -40,7 +40,9 @@ class PrefixCacheBounds:
     ``enable_caching``; ``lookahead``: schedule steps also reserve that many lookahead (speculative)
     slots (0: none); ``eagle``: ``use_eagle``; ``watermark``: a watermark of one block;
     ``events``: ``enable_kv_cache_events`` and ``take_events`` (at most ``search.MAX_EVENTS`` rows
-    pending: beyond that only read-only calls and ``take_events`` are offered)."""
+    pending: beyond that only read-only calls and ``take_events`` are offered); ``external``:
+    admissions also take that many connector-loaded (external) tokens after the prefix hits
+    (0: none; the harness clamps them to the prompt's uncomputed tokens less one)."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -56,6 +58,7 @@ class PrefixCacheBounds:
     eagle: bool = False
     watermark: bool = False
     events: bool = False
+    external: int = 0
 
     # The default scope is a small product: caching off and lookahead slots at the length cap (one
     # variant each: the option, not the variant, is what they add), then the base for every
@@ -82,6 +85,18 @@ class PrefixCacheBounds:
             ),
             # the pool's KV cache events and take_events (one request: events multiply the states)
             ("events", {"events": True, "requests": 1, "variant": "unhashed_first"}),
+            # connector-loaded tokens at admission (two-token prompts: the last one is computed
+            # locally, so one external token is the most a prompt can take)
+            (
+                "external",
+                {
+                    "external": 1,
+                    "prompt_tokens": 2,
+                    "requests": 1,
+                    "blocks": 4,
+                    "variant": "unhashed_first",
+                },
+            ),
             ("base", {}),
         ),
     }
@@ -92,6 +107,7 @@ class PrefixCacheBounds:
         "eagle",
         "watermark",
         "events",
+        "external",
         "block_size",
     )
 
@@ -101,6 +117,7 @@ class PrefixCacheBounds:
         "eagle": "use_eagle (the last block of a prefix hit is dropped)",
         "watermark": "an admission watermark of one block (waiting requests keep it free)",
         "events": "enable_kv_cache_events and take_events (at most two event rows pending)",
+        "external": "connector-loaded (external) tokens an admission may also take",
         "blocks": "blocks in the pool, the null block included",
         "block_size": "tokens per block",
         "max_model_len": "tokens per request at most",
@@ -123,6 +140,7 @@ class PrefixCacheBounds:
                 ("vocab", 1, 3),
                 ("gen_vocab", 1, 3),
                 ("lookahead", 0, 4),
+                ("external", 0, 4),
             ),
         )
         if self.prompt_tokens >= self.max_model_len:
@@ -224,7 +242,9 @@ class PrefixCacheModel(Model):
         return (snap, *(_request_key(r) for r in (spec.requests.values() if spec else ())))
 
     # ------------------------------------------------------------ the generator model
-    def _scheduled(self, gen: Gen, req: Req, budget: int, token: int) -> Callable[[Gen, Any], Gen]:
+    def _scheduled(
+        self, gen: Gen, req: Req, budget: int, token: int, external: int = 0
+    ) -> Callable[[Gen, Any], Gen]:
         bs, top = self.b.block_size, self.b.max_model_len
 
         # the engine passes the state's generator model, which is ``gen``: edges are built per
@@ -234,7 +254,8 @@ class PrefixCacheModel(Model):
                 return gen
             hit = len(returned["hits"]) * bs
             todo = len(req.tokens) - req.computed - hit
-            computed = req.computed + hit + max(0, min(budget, todo))
+            loaded = max(0, min(external, todo - 1))  # the harness's clamp
+            computed = req.computed + hit + loaded + max(0, min(budget, todo - loaded))
             tokens = req.tokens
             if computed == len(tokens) < top:
                 tokens = (*tokens, token)
@@ -264,6 +285,10 @@ class PrefixCacheModel(Model):
                     add(Edge("schedule", (r.rid, budget, token), then))
                     if b.lookahead and budget:
                         add(Edge("schedule", (r.rid, budget, token, b.lookahead), then))
+            if waiting and b.external:  # connector-loaded tokens after the hits
+                for budget in (1, 64):
+                    then = self._scheduled(g, r, budget, 0, b.external)
+                    add(Edge("schedule", (r.rid, budget, 0, 0, b.external), then))
             if waiting:  # a first chunk whose whole sequence must fit; one block kept back
                 add(Edge("schedule", (r.rid, 1, 0, 0, 0, True, 0), self._scheduled(g, r, 1, 0)))
                 add(Edge("schedule", (r.rid, 64, 0, 0, 0, False, 1), self._scheduled(g, r, 64, 0)))
