@@ -212,6 +212,8 @@ class PrefixCacheModel(Model):
             # int(watermark * num_blocks) blocks are kept: 1.5 / blocks gives exactly one
             watermark=1.5 / b.blocks if b.watermark else 0.0,
         )
+        # 0.34 removed the method: a real release has no attribute to call
+        self.common_prefix = self.config.features()["common_prefix_blocks"] != "removed"
         self.prompts = [
             p
             for n in range(1, b.prompt_tokens + 1)
@@ -293,7 +295,8 @@ class PrefixCacheModel(Model):
                 add(Edge("schedule", (r.rid, 1, 0, 0, 0, True, 0), self._scheduled(g, r, 1, 0)))
                 add(Edge("schedule", (r.rid, 64, 0, 0, 0, False, 1), self._scheduled(g, r, 64, 0)))
             if r.status == "RUNNING":
-                add(Edge("get_num_common_prefix_blocks", (r.rid,), readonly=True))
+                if self.common_prefix:
+                    add(Edge("get_num_common_prefix_blocks", (r.rid,), readonly=True))
                 preempted = r._replace(computed=0, status="PREEMPTED")
                 add(Edge("preempt", (r.rid,), _then(_with, g, preempted)))
                 add(Edge("finish", (r.rid,), _then(_without, g, r)))
