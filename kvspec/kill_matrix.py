@@ -60,7 +60,11 @@ def run_hypothesis(m: Mutant, budget: float) -> Attempt:
     started = time.perf_counter()
     with shrink_budget(max(1.0, budget / 2)), _first_divergence() as first:
         r = components.get(m.component).check(
-            m.cls, f"mutant:{m.name}", settings(profiles.get("ci")), **options(m)
+            m.cls,
+            f"mutant:{m.name}",
+            settings(profiles.get("ci")),
+            inputs=m.inputs,
+            **options(m),
         )
     if r.passed:
         return Attempt("hypothesis", "survived", r.seconds)
@@ -100,7 +104,7 @@ def run_fuzzer(m: Mutant, budget: float, chunk: int = 5_000) -> Attempt:
         elapsed = time.perf_counter() - started
         if elapsed > budget:
             return Attempt("fuzzer", "survived", elapsed)
-        r = comp.fuzz(m.cls, f"mutant:{m.name}", chunk, seed, **options(m))
+        r = comp.fuzz(m.cls, f"mutant:{m.name}", chunk, seed, inputs=m.inputs, **options(m))
         if not r.passed:
             seconds = time.perf_counter() - started
             trace = r.trace
@@ -132,6 +136,7 @@ def run_explorer(m: Mutant, budget: float) -> Attempt:
         overrides=exploration.bound_overrides(comp, m.options),
         deadline=started + budget,
         scope="default",
+        inputs=m.inputs,
     )
     seconds = time.perf_counter() - started
     for _, r in result.runs:

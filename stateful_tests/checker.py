@@ -193,7 +193,8 @@ class Mutant:
     """A planted bug: a small subclass of an impl class (never an edit of impl source) whose
     docstring names its origin. ``component`` is filled in by the registry; ``variant`` is the
     variant the bug lives in (``None``: every variant); ``options`` the checker options that put it
-    in reach (e.g. a PD connector)."""
+    in reach (e.g. a PD connector); ``inputs`` the input classes the checkers draw (``well-formed``
+    for a bug re-introduced into real engine code, which does not validate its arguments)."""
 
     name: str
     origin: str
@@ -202,6 +203,7 @@ class Mutant:
     variant: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     component: str = ""
+    inputs: str = "all"
 
 
 # ----------------------------------------------------------------------------- hypothesis machine

@@ -92,6 +92,7 @@ class PrefixCacheBounds:
                 {
                     "external": 1,
                     "prompt_tokens": 2,
+                    "max_model_len": 3,
                     "requests": 1,
                     "blocks": 4,
                     "variant": "unhashed_first",
