@@ -168,6 +168,24 @@ def patched_tree(bug: RealBug, base: Path) -> Iterator[Path]:
         yield tree
 
 
+CONTROL_OPS = 20_000
+
+
+def control(component: str, engine: str, base: Path) -> str | None:
+    """The unpatched release against the spec: ``CONTROL_OPS`` fuzzed well-formed calls. ``None``
+    when it conforms, else why not (then a divergence of a patched copy would prove nothing)."""
+    from kvspec.targets import load_target
+
+    comp = components.get(component)
+    _, cls = load_target(component, f"{engine}@{base}")
+    variant = comp.target_variant(None, cls)
+    r = comp.fuzz(cls, f"{engine}@{base}", CONTROL_OPS, 0, inputs="well-formed", variant=variant)
+    if r.passed:
+        return None
+    check = r.failure.check if r.failure else "a divergence"
+    return f"the unpatched release diverges from the spec ({check}): not a usable baseline"
+
+
 def as_mutant(bug: RealBug, tree: Path) -> Mutant:
     """The patched release as a kill-matrix mutant: its class loaded from ``tree``, driven as the
     release's own variant, well-formed inputs."""
@@ -224,11 +242,13 @@ def run(
     note: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
     """Every bug through ``checkers`` (each within ``budget`` seconds; ``first_kill``: stop a
-    bug's checkers at the first that kills it). A release that cannot be had, or a patch that no
-    longer applies, is that bug's ``error`` (never a kill)."""
+    bug's checkers at the first that kills it). Each component's unpatched release runs first
+    (:func:`control`). A release that cannot be had, an unpatched release that diverges, or a
+    patch that no longer applies, is that bug's ``error`` (never a kill)."""
     from kvspec import kill_matrix
 
     bases: dict[tuple[str, str], Path | CorpusError] = {}
+    controls: dict[tuple[str, str, str], str | None] = {}
     out: list[Outcome] = []
     for i, bug in enumerate(bugs):
         key = (bug.engine, bug.release)
@@ -240,6 +260,14 @@ def run(
         base = bases[key]
         if isinstance(base, CorpusError):
             out.append(Outcome(bug, None, str(base)))
+            continue
+        ctl = (bug.component, *key)
+        if ctl not in controls:  # once per component and release
+            if progress is not None:
+                progress(i, f"{bug.component} {bug.release} unpatched (control)")
+            controls[ctl] = control(bug.component, bug.engine, base)
+        if controls[ctl] is not None:
+            out.append(Outcome(bug, None, controls[ctl]))
             continue
         try:
             with patched_tree(bug, base) as tree:
