@@ -31,6 +31,7 @@ from kvspec.output import (
     print_counterexample,
     print_coverage,
     progress,
+    replace_marked,
 )
 from kvspec.runs import (
     against,
@@ -335,6 +336,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         return generic_mutation.cmd(args)
     from kvspec import kill_matrix as mutants
 
+    if args.corpus:
+        return _cmd_corpus(args)
     checkers = args.checkers.split(",") if args.checkers else list(mutants.CHECKERS)
     unknown = [c for c in checkers if c not in mutants.CHECKERS]
     if unknown:
@@ -368,6 +371,65 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             f"{', '.join(summary['survivors']) or 'none'}"
         )
     return 0 if not summary["survivors"] else 1
+
+
+def _cmd_corpus(args: argparse.Namespace) -> int:
+    """``mutants --corpus upstream``: the real-bug corpus through the kill-matrix checkers."""
+    from kvspec import corpus
+    from kvspec import kill_matrix as mutants
+
+    # crosshair diffs kvspec's own pure kernels: it never applies to release code
+    checkers = args.checkers.split(",") if args.checkers else ["fuzzer", "hypothesis", "explorer"]
+    unknown = [c for c in checkers if c not in mutants.CHECKERS or c == "crosshair"]
+    if unknown:
+        raise UsageError(
+            f"unknown checker(s) for the corpus: {', '.join(unknown)}; choose from fuzzer, "
+            "hypothesis, explorer"
+        )
+    if args.budget <= 0:
+        raise UsageError(f"--budget must be positive, got {args.budget}")
+    try:
+        bugs = corpus.select(corpus.load(), args.only)
+    except corpus.CorpusError as exc:
+        raise UsageError(str(exc)) from None
+    if args.component:
+        bugs = [b for b in bugs if b.component in args.component]
+    with progress("corpus", len(bugs), not args.json) as update:
+        outcomes = corpus.run(
+            bugs,
+            checkers,
+            args.budget,
+            first_kill=args.first_kill,
+            progress=lambda i, _: update(i),
+            note=lambda line: ERR.print(line),
+        )
+    summary = corpus.summary(outcomes)
+    emit({"corpus": [o.to_json() for o in outcomes], "summary": summary}, args.json)
+    if args.update_readme:
+        text = Path(args.readme).read_text()
+        table = corpus.markdown(outcomes, checkers, args.budget)
+        Path(args.readme).write_text(
+            replace_marked(text, corpus.README_START, corpus.README_END, table, where=args.readme)
+        )
+    if not args.json:
+        out = Table(title=f"real-bug corpus (budget {args.budget:g} s per checker)")
+        for column in ("bug", "release", "upstream", *checkers):
+            out.add_column(column, overflow="fold")
+        for o in outcomes:
+            b = o.bug
+            if o.row is None:
+                cells = {checkers[0]: f"error: {o.error}"}
+            else:
+                cells = {a.checker: mutants._cell(a) for a in o.row.attempts}
+            out.add_row(
+                b.name, f"{b.engine} {b.release}", b.upstream, *(cells.get(c, "") for c in checkers)
+            )
+        OUT.print(out)
+        OUT.print(
+            f"{summary['killed']}/{summary['bugs']} caught; survivors: "
+            f"{', '.join(summary['survivors']) or 'none'}; errors: {len(summary['errors'])}"
+        )
+    return 0 if not summary["survivors"] and not summary["errors"] else 1
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -541,6 +603,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--workdir", metavar="DIR", help="--generic: keep the copy and sessions here; reruns resume"
+    )
+    p.add_argument(
+        "--corpus",
+        choices=("upstream",),
+        help="upstream: the real-bug corpus, bugs fixed upstream put back into release trees "
+        "(kvspec/data/corpus; wheels from $KVSPEC_VLLM_WHEEL / $KVSPEC_SGLANG_WHEEL or pip)",
+    )
+    p.add_argument(
+        "--first-kill",
+        action="store_true",
+        help="--corpus: stop a bug's checkers at the first kill (the CI run)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mutants)

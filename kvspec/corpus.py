@@ -129,9 +129,9 @@ def wheel(engine: str, release: str, note: Callable[[str], None] | None = None) 
     if note is not None:
         note(f"downloading {engine}=={release} (no dependencies) into {into}")
     into.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{engine}=={release}"]
-        + ["-d", str(into)],
+        [*pip, f"{engine}=={release}", "-d", str(into)],
         capture_output=True,
         text=True,
     )
@@ -193,6 +193,7 @@ def as_mutant(bug: RealBug, tree: Path) -> Mutant:
 
     comp = components.get(bug.component)
     _, cls = load_target(bug.component, f"{bug.engine}@{tree}")
+    assert isinstance(cls, type)  # an engine target is its adapter class
     return Mutant(
         name=bug.name,
         origin=bug.upstream,
