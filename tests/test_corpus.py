@@ -82,7 +82,7 @@ def test_cli_rejects_crosshair_and_unknown_bugs(capsys: pytest.CaptureFixture[st
 
 # ----------------------------------------------------------------------------- real releases
 def _available(engine: str) -> bool:
-    given = os.environ.get(corpus.WHEEL_ENV[engine])
+    given = os.environ.get(corpus.WHEEL_ENV[engine], "")
     return bool(given) and Path(given).is_file()
 
 
