@@ -276,3 +276,15 @@ def test_the_verify_explorer_stage_fails_on_a_scope_gap(monkeypatch: pytest.Monk
     assert status == "fail"
     assert "option need_sort explored False only" in summary
     assert "operation group_end never reached" in summary
+
+
+def test_an_option_configuration_the_overrides_rule_out_is_left_out() -> None:
+    # a mutant's PD connector applied to the scheduler's default scope: no Mamba configuration
+    from proofs.explorer.entry import plan
+
+    names = [n for n, _, _ in plan(SchedulerBounds, "default", ["tight"], {}, component="s")]
+    assert "mamba" in names
+    kept = plan(SchedulerBounds, "default", ["tight"], {"connector": True}, component="s")
+    assert "mamba" not in [n for n, _, _ in kept] and "base" in [n for n, _, _ in kept]
+    with pytest.raises(ValueError, match="do not go together"):  # the base itself: an error
+        plan(SchedulerBounds, "base", ["tight"], {"connector": True, "mamba": True}, component="s")

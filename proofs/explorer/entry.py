@@ -71,7 +71,8 @@ def plan(
     order, validated (``ValueError``): ``overrides`` win over a configuration's values, which win
     over ``defaults`` (``kvspec verify``'s smaller base), a
     configuration pinned to one variant (its ``variant`` value) runs for that one when several
-    are explored, and configurations whose bounds come out equal run once."""
+    are explored, configurations whose bounds come out equal run once, and an option
+    configuration that only the overrides make invalid is left out."""
     out: list[tuple[str, str, Any]] = []
     seen: set[Any] = set()
     for name, values in configurations(bounds_cls, scope, component=component):
@@ -79,7 +80,15 @@ def plan(
         rest = {k: x for k, x in values.items() if k != "variant"}
         for v in [pinned] if isinstance(pinned, str) and pinned in variants else variants:
             values = {**(defaults or {}), **rest, **overrides}
-            bounds = make_bounds(bounds_cls, v, values, component=component)
+            try:
+                bounds = make_bounds(bounds_cls, v, values, component=component)
+            except ValueError:
+                if name == "base" or not overrides:
+                    raise
+                # an option configuration the overrides rule out (a mutant's PD connector
+                # with the Mamba configuration): left out, and reported as not explored
+                make_bounds(bounds_cls, v, {**(defaults or {}), **rest}, component=component)
+                continue
             if bounds not in seen:
                 seen.add(bounds)
                 out.append((name, v, bounds))
