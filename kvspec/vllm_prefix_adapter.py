@@ -6,7 +6,8 @@ full-attention group, behind kvspec's constructor.
 reads (``block_pool``, ``coordinator.single_type_managers[0]``, the free queue, the hash map, the
 event queue, ``usage``) is upstream's own. The subclass only builds what upstream's constructor
 needs from kvspec's arguments — a ``KVCacheConfig`` with one ``FullAttentionSpec`` group of
-``block_size`` tokens, ``hash_block_size == scheduler_block_size == block_size``
+``block_size`` tokens (and, with ``sliding_window``, a ``SlidingWindowSpec`` group of the same
+block size), ``hash_block_size == scheduler_block_size == block_size``
 (docs/vllm-kv-cache-manager.md §8) — passing only the keywords the release takes, and offers the
 harness three hooks:
 
@@ -129,14 +130,22 @@ def adapter_class(
             use_eagle: bool = False,
             enable_kv_cache_events: bool = False,
             watermark: float = 0.0,
+            sliding_window: int = 0,
             **variant_keywords: Any,  # what kvspec expects; the installed release decides
         ) -> None:
-            spec = interface.FullAttentionSpec(
-                block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
-            )
-            group = interface.KVCacheGroupSpec(["kvspec.layer"], spec)
+            shape = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1}
+            groups = [
+                interface.KVCacheGroupSpec(
+                    ["kvspec.layer"], interface.FullAttentionSpec(**shape, dtype=torch.float32)
+                )
+            ]
+            if sliding_window:  # the hybrid coordinator: full attention, then the window
+                window = interface.SlidingWindowSpec(
+                    **shape, dtype=torch.float32, sliding_window=sliding_window
+                )
+                groups.append(interface.KVCacheGroupSpec(["kvspec.window"], window))
             config = interface.KVCacheConfig(
-                num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[group]
+                num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups
             )
             options = {
                 "max_model_len": max_model_len,

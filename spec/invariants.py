@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Protocol, Self, TypeVar
+from itertools import dropwhile
+from typing import Any, Protocol, Self, TypeVar
 
 from spec.infinilm.request import TERMINAL, InferenceRequest
 from spec.infinilm.scheduler import remote_reservation, running_reservation
@@ -353,23 +354,29 @@ def gpu_prefix_index_consistent(s: PrefixCacheSnapshot) -> Violation:
 
 def null_block_reserved(s: PrefixCacheSnapshot) -> Violation:
     """``null_block_reserved`` (§5.4 4): block 0 is the only null block; it is never free, never
-    cached and in no request's block list."""
+    cached and in no full-attention block list; in a sliding-window group's list the null blocks
+    (the positions before the window) come first."""
     if s.null_blocks != (0,):
         return f"null blocks {list(s.null_blocks)} (want block 0 alone)"
     held = [rid for rid, ids in s.req_to_blocks if 0 in ids]
     if 0 in s.free_queue or s.block_hashes[0] is not None or held:
         return f"the null block is free, cached or held (by {held})"
+    for g, tables, _ in group_tables(s)[1:]:
+        for rid, ids in tables:
+            lead = len(ids) - len(list(dropwhile(lambda b: b == 0, ids)))
+            if 0 in ids[lead:]:
+                return f"group {g}: request {rid}'s null blocks do not lead its list {list(ids)}"
     return None
 
 
 def cached_blocks_are_a_prefix(s: PrefixCacheSnapshot) -> Violation:
     """``cached_blocks_are_a_prefix`` (§5.4 8): a request's blocks past its cached count (all of
     them without a count) carry no hash — only full, cached blocks are hashed."""
-    cached = dict(s.num_cached_block)
     bad = [
         (rid, b)
-        for rid, ids in s.req_to_blocks
-        for b in ids[cached.get(rid, 0) :]
+        for _, tables, counts in group_tables(s)
+        for rid, ids in tables
+        for b in ids[dict(counts).get(rid, 0) :]
         if s.block_hashes[b] is not None
     ]
     return f"hashed blocks past a request's cached count (request, block): {bad}" if bad else None
@@ -382,16 +389,17 @@ def block_hashes_match_content(
     uncached now (evicted) or cached under the request's own hash of its first i+1 blocks
     (``prefixes``: request id -> the labels of its block hashes). Catches stale or misplaced
     hashes, which would serve another prompt's KV to a prefix hit."""
-    cached = dict(s.num_cached_block)
     bad = []
-    for rid, ids in s.req_to_blocks:
-        want = prefixes.get(rid)
-        if want is None:
-            continue
-        for i, b in enumerate(ids[: cached.get(rid, 0)]):
-            h = s.block_hashes[b]
-            if h is not None and (i >= len(want) or h != want[i]):
-                bad.append((rid, i, b, h))
+    for g, tables, counts in group_tables(s):
+        cached, tag = dict(counts), f"@{g}" if g else ""  # a further group's keys say so
+        for rid, ids in tables:
+            want = prefixes.get(rid)
+            if want is None:
+                continue
+            for i, b in enumerate(ids[: cached.get(rid, 0)]):
+                h = s.block_hashes[b]
+                if b and h is not None and (i >= len(want) or h != want[i] + tag):
+                    bad.append((rid, i, b, h))
     return (
         f"blocks cached under another prefix (request, position, block, hash): {bad}"
         if bad
@@ -405,7 +413,9 @@ def gpu_ref_counts_match_holders(
     """``referenced_count_matches_live_pages`` (§5.4 1): every non-null block's ``ref_cnt`` is the
     number of times it occurs in the requests' block lists and in the ``deferred`` lists (blocks
     popped for a later free)."""
-    expected: Counter[int] = Counter(b for _, ids in s.req_to_blocks for b in ids)
+    expected: Counter[int] = Counter(
+        b for _, tables, _ in group_tables(s) for _, ids in tables for b in ids
+    )
     for table in deferred:
         expected.update(table)
     nulls = set(s.null_blocks)
@@ -425,12 +435,64 @@ def gpu_no_leak_at_quiescence(s: PrefixCacheSnapshot) -> Violation:
     return None
 
 
+def flat_ids(ids: Sequence[Any]) -> list[int]:
+    """Block ids of one group (a list) or of several (a list of lists), as one list."""
+    return [b for x in ids for b in (x if isinstance(x, list | tuple) else (x,))]
+
+
+def group_tables(s: PrefixCacheSnapshot) -> list[tuple[int, Any, Any]]:
+    """``(group, req_to_blocks, num_cached_block)`` of every KV cache group."""
+    return [(0, s.req_to_blocks, s.num_cached_block)] + [
+        (g, tables, counts) for g, (tables, counts) in enumerate(s.groups, start=1)
+    ]
+
+
+def gpu_refusal_changes_nothing(
+    before: PrefixCacheSnapshot, after: PrefixCacheSnapshot
+) -> Violation:
+    """``atomic_failure`` of an allocation that returned ``None``: nothing changed — except, with
+    a sliding-window group, that blocks at the head of a window group's list were nulled and
+    freed (``remove_skipped_blocks`` runs before the capacity check, as upstream's)."""
+    if before == after:
+        return None
+    moved = set(before.differing_fields(after)) - {"ref_cnts", "free_queue", "num_free_blocks",
+                                                   "usage", "groups"}  # fmt: skip
+    if moved or not before.groups:
+        return f"returned None but changed {before.differing_fields(after)}"
+    for (_, old_t, old_c), (_, new_t, new_c) in zip(
+        group_tables(before)[1:], group_tables(after)[1:], strict=True
+    ):
+        old_map, new_map = dict(old_t), dict(new_t)
+        if old_c != new_c or set(new_map) - set(old_map) - {r for r, ids in new_t if not ids}:
+            return "returned None but changed a window group's request set or cached counts"
+        for rid, ids in new_map.items():
+            was = old_map.get(rid, ())
+            nulled = [i for i, (a, b) in enumerate(zip(was, ids, strict=False)) if a != b]
+            if len(was) != len(ids) or any(ids[i] != 0 for i in nulled):
+                return f"returned None but changed request {rid}'s window blocks {was} -> {ids}"
+    return None
+
+
+def _nulled(before: PrefixCacheSnapshot, after: PrefixCacheSnapshot) -> set[int]:
+    """Blocks a call replaced by the null block in a window group's list (and so freed)."""
+    out: set[int] = set()
+    for (_, old_t, _), (_, new_t, _) in zip(
+        group_tables(before)[1:], group_tables(after)[1:], strict=True
+    ):
+        new_map = dict(new_t)
+        for rid, ids in old_t:
+            now = new_map.get(rid, ())
+            out.update(b for b, n in zip(ids, now, strict=False) if b and n == 0)
+    return out
+
+
 def gpu_no_live_eviction(
     before: PrefixCacheSnapshot, after: PrefixCacheSnapshot, new_blocks: Iterable[int]
 ) -> Violation:
     """``no_live_eviction`` (§5.4 6) over one allocating call: every block handed out new was free
-    before the call and is held exactly once after it (no live block is handed out again)."""
-    free = set(before.free_queue)
+    before the call (or left a window group's list in it) and is held exactly once after it (no
+    live block is handed out again)."""
+    free = set(before.free_queue) | _nulled(before, after)
     bad = [b for b in new_blocks if b not in free or after.ref_cnts[b] != 1]
     if bad:
         return f"new blocks {bad} were held before the call, or are shared after it"

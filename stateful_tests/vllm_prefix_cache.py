@@ -143,13 +143,10 @@ class Driver:
     ) -> tuple[str, str] | None:
         if method in _ALLOCATING and raised is None:
             if returned is None:
-                if before != after:
-                    return "atomic_failure", f"{method} returned None but changed " + str(
-                        before.differing_fields(after)
-                    )
-                return None
+                problem = inv.gpu_refusal_changes_nothing(before, after)
+                return None if problem is None else ("atomic_failure", f"{method}: {problem}")
             new = returned["new"] if isinstance(returned, dict) else returned
-            problem = inv.gpu_no_live_eviction(before, after, new or [])
+            problem = inv.gpu_no_live_eviction(before, after, inv.flat_ids(new or []))
             if problem:
                 return "no_live_eviction", problem
         return None
@@ -158,11 +155,11 @@ class Driver:
         problem = inv.gpu_ref_counts_match_holders(snap, self.deferred)
         if problem:
             return "referenced_count_matches_live_pages", problem
-        holding = [rid for rid, ids in snap.req_to_blocks if ids]
+        holding = {rid for _, tables, _ in inv.group_tables(snap) for rid, ids in tables if ids}
         problem = inv.block_hashes_match_content(snap, prefixes(self.spec_h, holding))
         if problem:
             return "block_hashes_match_content", problem
-        if not snap.req_to_blocks and not self.deferred:
+        if not holding and not self.deferred and not snap.req_to_blocks:
             problem = inv.gpu_no_leak_at_quiescence(snap)
             if problem:
                 return "no_leak_at_quiescence", problem

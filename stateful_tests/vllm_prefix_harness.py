@@ -50,6 +50,9 @@ class Config:
     use_eagle: bool = False
     enable_kv_cache_events: bool = True
     watermark: float = 0.0
+    # > 0: a second KV cache group, a sliding window of that many tokens (vLLM 0.34's hybrid
+    # coordinator; docs/vllm-hybrid-groups.md)
+    sliding_window: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,12 +75,14 @@ def event_rows(events: Sequence[Any], label: Callable[[bytes], str] = text_label
     rows: list[Any] = []
     for e in events:
         kind = type(e).__name__
+        group = getattr(e, "group_idx", 0) or 0  # a further KV cache group's event says so
+        tag = [["group", group]] if group else []
         if kind == "BlockStored":
             parent = None if e.parent_block_hash is None else label(e.parent_block_hash)
             rows.append(["stored", [label(h) for h in e.block_hashes], parent,
-                         list(e.token_ids), e.block_size])  # fmt: skip
+                         list(e.token_ids), e.block_size, *tag])  # fmt: skip
         elif kind == "BlockRemoved":
-            rows.append(["removed", [label(h) for h in e.block_hashes]])
+            rows.append(["removed", [label(h) for h in e.block_hashes], *tag])
         else:
             rows.append([kind])
     return rows
@@ -97,6 +102,7 @@ class PrefixCacheHarness:
             enable_kv_cache_events=config.enable_kv_cache_events,
             watermark=config.watermark,
             **variant_keywords(config.variant),
+            **({"sliding_window": config.sliding_window} if config.sliding_window else {}),
         )
         self.new_request: Callable[[str, list[int], int], Any] = getattr(
             manager_cls, "kvspec_request", Request
@@ -115,8 +121,16 @@ class PrefixCacheHarness:
         return [self.m.block_pool.blocks[i] for i in ids]
 
     @staticmethod
-    def _ids(blocks: Any) -> list[int] | None:
-        return None if blocks is None else [int(b.block_id) for b in blocks.blocks[0]]
+    def _ids(blocks: Any) -> Any:
+        """Block ids of the first group's list; of every group's (a list of lists) when there
+        are several."""
+        if blocks is None:
+            return None
+        lists = [[int(b.block_id) for b in group] for group in blocks.blocks]
+        return lists[0] if len(lists) == 1 else lists
+
+    def _groups(self) -> int:
+        return len(self.m.coordinator.single_type_managers)
 
     def _set(self, req: Any, status: str) -> None:
         req.status = self.status[status]
@@ -201,6 +215,8 @@ class PrefixCacheHarness:
         found = (
             self.m.get_computed_blocks(req) if cap is None else self.m.get_computed_blocks(req, cap)
         )
+        if self._groups() > 1:  # the hybrid coordinator's shared-prefix boundary too
+            return [self._ids(found[0]), found[1], found[2]]
         return [self._ids(found[0]), found[1]]
 
     def allocate_slots(
@@ -214,10 +230,12 @@ class PrefixCacheHarness:
         delay: bool = False,
         must_fit: bool = False,
         reserved: int = 0,
-    ) -> list[int] | None:
+    ) -> Any:
         hits = None
-        if hit_ids is not None:
-            hits = self.m.create_kv_cache_blocks((self._blocks(hit_ids),))
+        if hit_ids is not None:  # full attention's hits (the further groups' lists empty)
+            hits = self.m.create_kv_cache_blocks(
+                (self._blocks(hit_ids), *([] for _ in range(self._groups() - 1)))
+            )
         out = self.m.allocate_slots(
             self._req(rid),
             num_new_tokens,

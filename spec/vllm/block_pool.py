@@ -242,17 +242,19 @@ class BlockPool:
         num_full_blocks: int,
         block_size: int,
         kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
         """Pre: ``blocks[num_cached_blocks:num_full_blocks]`` are full and unhashed (upstream
-        asserts). Post: each of them (null blocks skipped) carries the request's hash of its
-        position and is in the map; one ``BlockStored`` event when events are on. The slice may be
-        shorter than asked (a request past ``max_model_len``): only the blocks there are cached."""
+        asserts). Post: each of them (null blocks, and those ``block_mask`` leaves out, skipped)
+        carries the request's hash of its position and is in the map; one ``BlockStored`` event
+        when events are on (even if every block was skipped). The slice may be shorter than asked
+        (a request past ``max_model_len``): only the blocks there are cached."""
         if num_cached_blocks >= num_full_blocks:
             return
         new_full = blocks[num_cached_blocks:num_full_blocks]
         stored: list[BlockHash] = []
         for i, block in enumerate(new_full):
-            if block.is_null:
+            if block.is_null or (block_mask is not None and not block_mask[i]):
                 continue
             block_hash = request.block_hashes[num_cached_blocks + i]
             key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)

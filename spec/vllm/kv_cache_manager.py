@@ -172,13 +172,19 @@ class FullAttentionManager:
     """The blocks of each request (``req_to_blocks``) and how many of them are cached
     (``num_cached_block``, only for requests that cached or adopted blocks)."""
 
-    def __init__(self, block_pool: BlockPool, block_size: int, use_eagle: bool) -> None:
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int = 0
+    ) -> None:
         self.block_pool = block_pool
         self.block_size = block_size
         self.use_eagle = use_eagle
-        self.kv_cache_group_id = 0
+        self.kv_cache_group_id = group_id
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Leading tokens attention no longer reads (none for full attention)."""
+        return 0
 
     def find_longest_cache_hit(
         self, block_hashes: Sequence[BlockHash], max_length: int
@@ -194,7 +200,11 @@ class FullAttentionManager:
         return hits[:-1] if self.use_eagle and hits else hits
 
     def get_num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[KVCacheBlock]
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int = 0,
     ) -> int:
         """Blocks ``get_new_blocks`` and ``touch`` will take from the free queue to give the
         request ``num_tokens`` slots: missing blocks, plus the free blocks among the hits."""
@@ -205,7 +215,9 @@ class FullAttentionManager:
         missing = max(needed - (len(new_computed_blocks) + held), 0)
         return missing + sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
 
-    def add_local_computed_blocks(self, request_id: str, hits: Sequence[KVCacheBlock]) -> None:
+    def add_local_computed_blocks(
+        self, request_id: str, hits: Sequence[KVCacheBlock], total_computed_tokens: int = 0
+    ) -> None:
         """Pre: the request holds no block. Post: the hits are its first blocks (one more
         reference each) and count as cached."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
@@ -216,7 +228,9 @@ class FullAttentionManager:
         req_blocks.extend(hits)
         self.num_cached_block[request_id] = len(req_blocks)
 
-    def allocate_external_computed_blocks(self, request_id: str, num_total_tokens: int) -> None:
+    def allocate_external_computed_blocks(
+        self, request_id: str, num_total_tokens: int, num_external_tokens: int = 0
+    ) -> None:
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         needed = max(0, cdiv(num_total_tokens, self.block_size) - len(req_blocks))
         req_blocks.extend(self.block_pool.get_new_blocks(needed))
@@ -262,12 +276,156 @@ class FullAttentionManager:
         return count
 
 
+class SlidingWindowManager(FullAttentionManager):
+    """A sliding-window group (window ``W`` tokens; docs/vllm-hybrid-groups.md §2.1): a token
+    attends to the ``W - 1`` before it, so the blocks wholly before that are replaced in the
+    request's list by the null block and freed (:meth:`remove_skipped_blocks`), and a prefix hit
+    needs only the last ``cdiv(W - 1, block_size)`` blocks before its end to be cached (the
+    earlier positions are null blocks)."""
+
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int, window: int
+    ) -> None:
+        super().__init__(block_pool, block_size, use_eagle, group_id)
+        self.sliding_window = window
+
+    def contiguous_blocks_for_hit(self, drop_eagle: bool) -> int:
+        """Cached blocks a hit needs before its end (one more when EAGLE drops the last)."""
+        return cdiv(self.sliding_window - 1, self.block_size) + (1 if drop_eagle else 0)
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def find_window_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, drop_eagle: bool
+    ) -> list[KVCacheBlock]:
+        """The longest prefix of at most ``max_length`` tokens whose last ``need`` blocks are
+        cached, as null blocks then those blocks; found scanning from the end. Without such a
+        run, the cached run that starts at block 0 (possibly empty) is the hit. EAGLE then drops
+        the last block."""
+        need = self.contiguous_blocks_for_hit(drop_eagle)
+        null = self.block_pool.null_block
+        found: list[KVCacheBlock] = [null] * (max_length // self.block_size)
+        run = 0
+        for i in range(len(found) - 1, -1, -1):
+            cached = self.block_pool.get_cached_block(block_hashes[i], [self.kv_cache_group_id])
+            if cached is None:
+                run = 0
+                continue
+            found[i] = cached[0]
+            run += 1
+            if run >= need:
+                del found[i + run :]
+                break
+        else:
+            del found[run:]
+        if drop_eagle and found:
+            found.pop()
+        return found
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int = 0,
+    ) -> int:
+        """As full attention's, except that for a new request the blocks before the window are
+        neither needed nor (among the hits) taken from the queue."""
+        needed = cdiv(num_tokens, self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            return max(needed - held, 0)
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        missing = max(needed - max(skipped, len(new_computed_blocks) + held), 0)
+        kept = new_computed_blocks[max(0, skipped - held) :]
+        return missing + sum(1 for b in kept if b.ref_cnt == 0 and not b.is_null)
+
+    def add_local_computed_blocks(
+        self, request_id: str, hits: Sequence[KVCacheBlock], total_computed_tokens: int = 0
+    ) -> None:
+        """Pre: the request holds no block. Post: null blocks for the hits before the window,
+        then the other hits (one more reference each), all counted as cached."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        if req_blocks:
+            raise RequestStateError(f"request {request_id} already holds blocks")
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        kept = hits[skipped:]
+        if self.block_pool.enable_caching:
+            self.block_pool.touch(kept)
+        req_blocks.extend([self.block_pool.null_block] * skipped)
+        req_blocks.extend(kept)
+        self.num_cached_block[request_id] = len(req_blocks)
+
+    def allocate_external_computed_blocks(
+        self, request_id: str, num_total_tokens: int, num_external_tokens: int = 0
+    ) -> None:
+        """Blocks for the external tokens still inside the window."""
+        skipped = self.get_num_skipped_tokens(num_total_tokens)
+        if skipped > 0:
+            num_external_tokens = min(num_total_tokens - skipped, num_external_tokens)
+        if num_external_tokens <= 0:
+            return
+        super().allocate_external_computed_blocks(request_id, num_total_tokens)
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Post: the request's blocks wholly before the window of its next token are null
+        blocks; the ones nulled now are freed in one call, last first (quirk
+        *skip-creates-entry*: with tokens to skip, an id without blocks gets an empty list, as
+        upstream's ``defaultdict``)."""
+        skipped = self.get_num_skipped_tokens(num_computed_tokens)
+        if skipped <= 0:
+            return
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        freed: list[KVCacheBlock] = []
+        for i in range(min(skipped // self.block_size, len(blocks)) - 1, -1, -1):
+            if blocks[i].is_null:
+                break  # the earlier ones were nulled by an earlier step
+            freed.append(blocks[i])
+            blocks[i] = self.block_pool.null_block
+        if freed:
+            self.block_pool.free_blocks(freed)
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """As full attention's; with a window of one token no hit can use a block (it needs
+        none before its end), so every block is masked out (the event, empty, still comes)."""
+        rid = request.request_id
+        num_cached = self.num_cached_block.get(rid, 0)
+        num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        reachable = self.contiguous_blocks_for_hit(self.use_eagle) >= 1
+        self.block_pool.cache_full_blocks(
+            request,
+            self.req_to_blocks.setdefault(rid, []),
+            num_cached,
+            num_full,
+            self.block_size,
+            self.kv_cache_group_id,
+            None if reachable else [False] * (num_full - num_cached),
+        )
+        self.num_cached_block[rid] = num_full
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """The request's blocks after its leading null blocks, forgotten."""
+        blocks = super().pop_blocks_for_free(request_id)
+        skip = 0
+        while skip < len(blocks) and blocks[skip].is_null:
+            skip += 1
+        return blocks[skip:]
+
+
 @dataclass
 class KVCacheCoordinator:
     """Upstream's unitary coordinator, reduced to the attributes callers read."""
 
     block_pool: BlockPool
     single_type_managers: tuple[FullAttentionManager, ...]
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        for manager in self.single_type_managers:
+            if isinstance(manager, SlidingWindowManager):
+                manager.remove_skipped_blocks(request_id, num_computed_tokens)
 
 
 # ----------------------------------------------------------------------------- the manager
@@ -290,10 +448,15 @@ class KVCacheManager:
         common_prefix_blocks: CommonPrefix = "deprecated",
         hit_length_cap: bool = True,
         hit_length_clamp: bool = False,
+        sliding_window: int = 0,
     ) -> None:
-        """Pre: positive sizes, ``watermark >= 0``, known variant values (``InvalidArgument``)."""
+        """Pre: positive sizes, ``watermark >= 0``, ``sliding_window >= 0``, known variant values
+        (``InvalidArgument``). ``sliding_window > 0`` adds a second KV cache group, a sliding
+        window of that many tokens with the same block size (vLLM 0.34's hybrid coordinator)."""
         if block_size < 1 or max_model_len < 1 or watermark < 0:
             raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
+        if not isinstance(sliding_window, int) or sliding_window < 0:
+            raise InvalidArgument(f"sliding_window must be an int >= 0, got {sliding_window!r}")
         if free_order not in FREE_ORDERS or common_prefix_blocks not in (
             "count",
             "deprecated",
@@ -310,10 +473,16 @@ class KVCacheManager:
         self.block_pool = BlockPool(
             num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
         )
-        single = FullAttentionManager(self.block_pool, block_size, use_eagle)
-        self.coordinator = KVCacheCoordinator(self.block_pool, (single,))
+        groups: list[FullAttentionManager] = [
+            FullAttentionManager(self.block_pool, block_size, use_eagle)
+        ]
+        if sliding_window:
+            groups.append(
+                SlidingWindowManager(self.block_pool, block_size, use_eagle, 1, sliding_window)
+            )
+        self.coordinator = KVCacheCoordinator(self.block_pool, tuple(groups))
         self.watermark_blocks = int(watermark * num_blocks)
-        self.empty_kv_cache_blocks = KVCacheBlocks(((),))
+        self.empty_kv_cache_blocks = KVCacheBlocks(((),) * len(groups))
 
     @property
     def _single(self) -> FullAttentionManager:
@@ -342,8 +511,34 @@ class KVCacheManager:
         limit = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
         if self.hit_length_clamp:  # 0.34: an explicit bound only lowers the default one
             limit = min(limit, request.num_tokens - 1)
+        if len(self.coordinator.single_type_managers) > 1:
+            return self._hybrid_hit(request.block_hashes, limit)
         hits = self._single.find_longest_cache_hit(request.block_hashes, limit)
         return self.create_kv_cache_blocks((hits,)), len(hits) * self.block_size, 0
+
+    def _hybrid_hit(
+        self, block_hashes: Sequence[BlockHash], limit: int
+    ) -> tuple[KVCacheBlocks, int, int]:
+        """Full attention then the sliding window (0.34's hybrid coordinator with two groups
+        stops after one round): the window's hit, at most full attention's, is the hit; full
+        attention's list is cut to it. With EAGLE each group looks one block further, then
+        drops one. The third value, the shared-prefix boundary, is full attention's longer hit
+        when the window's is shorter (else 0)."""
+        full, window = self.coordinator.single_type_managers
+        assert isinstance(window, SlidingWindowManager)
+        bs, most = self.block_size, len(block_hashes) * self.block_size
+        eagle = full.use_eagle
+        full_hits = full.find_longest_cache_hit(
+            block_hashes, min(limit + bs, most) if eagle else limit
+        )
+        longest = len(full_hits) * bs
+        window_hits = window.find_window_hit(
+            block_hashes, min(longest + bs, most) if eagle else longest, eagle
+        )
+        length = len(window_hits) * bs
+        del full_hits[cdiv(length, bs) :]
+        boundary = longest if longest > length else 0
+        return self.create_kv_cache_blocks((full_hits, window_hits)), length, boundary
 
     def allocate_slots(
         self,
@@ -365,12 +560,22 @@ class KVCacheManager:
         Pre: something to do (``ValueError``), the stricter checks of the module docstring.
         Post: ``None`` and **no change** when the blocks needed (missing ones plus free hits,
         plus the watermark for a waiting request) exceed the free blocks minus
-        ``reserved_blocks`` — checked before any hit is touched (#11565); else the hits are
+        ``reserved_blocks`` — checked before any hit is touched (#11565), except that with a
+        sliding-window group the blocks wholly before its window are nulled and freed first,
+        whatever the outcome; else the hits are
         touched and adopted, blocks for external tokens and then the new blocks are taken from
         the queue head, the full blocks up to the computed tokens are cached (unless delayed),
         and the new blocks are returned."""
         rid = request.request_id
-        hits = list(new_computed_blocks.blocks[0]) if new_computed_blocks is not None else []
+        managers = self.coordinator.single_type_managers
+        groups = (
+            [list(g) for g in new_computed_blocks.blocks]
+            if new_computed_blocks is not None
+            else [[] for _ in managers]
+        )
+        if len(groups) != len(managers):
+            raise InvalidArgument(f"{len(groups)} lists of hits for {len(managers)} groups")
+        hits = groups[0]
         adopting = self.adopt_computed_tokens and num_new_computed_tokens > 0
         if num_new_tokens == 0 and num_external_computed_tokens == 0 and not adopting:
             raise InvalidArgument(
@@ -378,32 +583,42 @@ class KVCacheManager:
             )
         self._validate(request, hits, num_new_tokens, num_new_computed_tokens,
                        num_lookahead_tokens, num_external_computed_tokens, reserved_blocks)  # fmt: skip
-        single, pool = self._single, self.block_pool
+        pool = self.block_pool
         num_local = request.num_computed_tokens + num_new_computed_tokens
-        total = min(num_local + num_external_computed_tokens, self.max_model_len)
+        num_external = num_external_computed_tokens
+        total = min(num_local + num_external, self.max_model_len)
         waiting = request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
         watermark = self.watermark_blocks if has_scheduled_reqs and waiting else 0
+
+        def blocks_needed(slots: int, computed: int) -> int:
+            return sum(
+                m.get_num_blocks_to_allocate(rid, slots, g, computed)
+                for m, g in zip(managers, groups, strict=True)
+            )
+
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
-            if single.get_num_blocks_to_allocate(rid, full, hits) + watermark > (
-                pool.get_num_free_blocks()
-            ):
+            if blocks_needed(full, total) + watermark > pool.get_num_free_blocks():
                 return None
+        # blocks now wholly before a window are freed first, even if the step is refused
+        self.coordinator.remove_skipped_blocks(rid, max(0, total - request.num_in_flight_tokens))
         num_main = total + num_new_tokens
         need_slots = min(num_main + num_lookahead_tokens, self.max_model_len)
-        needed = single.get_num_blocks_to_allocate(rid, need_slots, hits)
+        needed = blocks_needed(need_slots, num_local + num_external)
         if needed + watermark > pool.get_num_free_blocks() - reserved_blocks:
             return None
-        if (hits or num_external_computed_tokens > 0) and rid not in single.num_cached_block:
-            single.add_local_computed_blocks(rid, hits)
-            if num_external_computed_tokens > 0:
-                single.allocate_external_computed_blocks(
-                    rid, num_local + num_external_computed_tokens
-                )
-        new_blocks = single.allocate_new_blocks(rid, need_slots)
+        fresh = not any(rid in m.num_cached_block for m in managers)
+        if (any(groups) or num_external > 0) and fresh:
+            for m, g in zip(managers, groups, strict=True):  # every group's hits touched first
+                m.add_local_computed_blocks(rid, g, num_local + num_external)
+            if num_external > 0:
+                for m in managers:
+                    m.allocate_external_computed_blocks(rid, num_local + num_external, num_external)
+        new_blocks = tuple(m.allocate_new_blocks(rid, need_slots) for m in managers)
         if self.enable_caching and not delay_cache_blocks:
-            single.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
-        return self.create_kv_cache_blocks((new_blocks,))
+            for m in managers:
+                m.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+        return self.create_kv_cache_blocks(new_blocks)
 
     def _validate(
         self,
@@ -439,14 +654,21 @@ class KVCacheManager:
             )
 
     def free(self, request: Request) -> None:
-        """Post: the request's blocks are released tail first (its last block is evicted first);
-        a request holding nothing (unknown, or freed before) changes nothing."""
-        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request)))
+        """Post: the request's blocks are released tail first (its last block is evicted first),
+        group by group, one ``free_blocks`` call each; a request holding nothing (unknown, or
+        freed before) changes nothing."""
+        for m in self.coordinator.single_type_managers:
+            self.block_pool.free_blocks(reversed(m.pop_blocks_for_free(request.request_id)))
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
-        """The request's blocks, forgotten by the manager but still referenced: the caller frees
-        them later (``block_pool.free_blocks``, reversed)."""
-        return self._single.pop_blocks_for_free(request.request_id)
+        """The request's blocks (group after group, without leading null blocks), forgotten by
+        the manager but still referenced: the caller frees them later
+        (``block_pool.free_blocks``, reversed)."""
+        return [
+            b
+            for m in self.coordinator.single_type_managers
+            for b in m.pop_blocks_for_free(request.request_id)
+        ]
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         self.block_pool.evict_blocks(block_ids)
@@ -464,7 +686,11 @@ class KVCacheManager:
         return [self._single.get_num_common_prefix_blocks(running_request_id)]
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
-        return self.create_kv_cache_blocks((self._single.req_to_blocks.get(request_id) or [],))
+        return self.create_kv_cache_blocks(
+            tuple(
+                m.req_to_blocks.get(request_id) or [] for m in self.coordinator.single_type_managers
+            )
+        )
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         return self.get_blocks(request_id).get_block_ids()
@@ -483,8 +709,9 @@ class PrefixCacheSnapshot(NamedTuple):
     Blocks by id: ``ref_cnts`` (the null block's shown as 0: upstream does not maintain it),
     ``block_hashes`` (readable labels, ``None`` = not cached), ``null_blocks``; the free queue
     head to tail and its counter; the map as ``(label, block ids in insertion order)`` sorted by
-    label; ``req_to_blocks`` and ``num_cached_block`` sorted by request id; pending events
-    (``None`` when off) and ``usage``."""
+    label; ``req_to_blocks`` and ``num_cached_block`` sorted by request id (of the first KV cache
+    group, full attention; ``groups``: the same of each further group); pending events (``None``
+    when off) and ``usage``."""
 
     ref_cnts: tuple[int, ...]
     block_hashes: tuple[str | None, ...]
@@ -496,6 +723,11 @@ class PrefixCacheSnapshot(NamedTuple):
     num_cached_block: tuple[tuple[str, int], ...]
     events: tuple[EventRow, ...] | None
     usage: float
+    # the other KV cache groups' (1, 2, …) req_to_blocks and num_cached_block, the same way
+    # (null blocks by id); () with one group
+    groups: tuple[
+        tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[tuple[str, int], ...]], ...
+    ] = ()
 
     def differing_fields(self, other: PrefixCacheSnapshot) -> list[str]:
         return [name for name, a, b in zip(self._fields, self, other, strict=True) if a != b]
@@ -516,7 +748,7 @@ def read_prefix_cache(manager: Any) -> PrefixCacheSnapshot:
     upstream's digests back to kvspec's hashes), else as :func:`text_label`."""
     label = getattr(manager, "kvspec_hash_label", text_label)
     pool = manager.block_pool
-    single = manager.coordinator.single_type_managers[0]
+    single, *others = manager.coordinator.single_type_managers
 
     def key_label(key: bytes | None) -> str | None:
         if key is None:
@@ -542,14 +774,19 @@ def read_prefix_cache(manager: Any) -> PrefixCacheSnapshot:
         free_queue=tuple(b.block_id for b in queue.get_all_free_blocks()),
         num_free_blocks=queue.num_free_blocks,
         cached=tuple(sorted(cached)),
-        req_to_blocks=tuple(
-            sorted((rid, tuple(b.block_id for b in bl)) for rid, bl in single.req_to_blocks.items())
-        ),
+        req_to_blocks=_tables(single),
         num_cached_block=tuple(sorted(single.num_cached_block.items())),
         events=tuple(_event_row(e, label) for e in pool.kv_event_queue)
         if pool.enable_kv_cache_events
         else None,
         usage=float(manager.usage),
+        groups=tuple((_tables(m), tuple(sorted(m.num_cached_block.items()))) for m in others),
+    )
+
+
+def _tables(single: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple(
+        sorted((rid, tuple(b.block_id for b in bl)) for rid, bl in single.req_to_blocks.items())
     )
 
 
@@ -557,13 +794,20 @@ def _event_row(event: Any, label: Any) -> EventRow:
     kind = type(event).__name__
     if kind == "BlockStored":
         parent = event.parent_block_hash
+        group = getattr(event, "group_idx", 0) or 0
         return (
             "stored",
             tuple(label(h) for h in event.block_hashes),
             None if parent is None else label(parent),
             tuple(event.token_ids),
             event.block_size,
+            *((("group", group),) if group else ()),  # a further KV cache group's event
         )
     if kind == "BlockRemoved":
-        return ("removed", tuple(label(h) for h in event.block_hashes))
+        group = getattr(event, "group_idx", 0) or 0
+        return (
+            "removed",
+            tuple(label(h) for h in event.block_hashes),
+            *((("group", group),) if group else ()),
+        )
     return (kind,)
