@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -65,9 +66,10 @@ def _verdicts() -> Verdicts:
 
 def draw_config(c: Chooser, variant: str | None) -> Config:
     """Small pools (3–8 blocks) that fill up, blocks of 1–3 tokens, a 2–3 token vocabulary (equal
-    blocks, duplicate cache entries), models a few blocks long."""
+    blocks, duplicate cache entries), models a few blocks long; on 0.34, a sliding-window group
+    in four runs of seven."""
     block_size = c.pick((1, 2, 2, 3))
-    return Config(
+    config = Config(
         variant=variant if variant is not None else c.pick(VARIANTS),
         num_blocks=c.pick((3, 4, 5, 6, 8, 4, 5)),
         block_size=block_size,
@@ -79,6 +81,12 @@ def draw_config(c: Chooser, variant: str | None) -> Config:
         enable_kv_cache_events=c.chance(0.7),
         watermark=0.2 if c.chance(0.15) else 0.0,
     )
+    if config.variant != "r0.34":  # drawn last: the other variants' draws stay as they were
+        return config
+    # 0.34's hybrid coordinator: four runs in seven add a sliding-window group (windows of one
+    # token, which caches nothing, up to one block and a token)
+    window = c.pick((0, 0, 0, 1, 2, 3, 4))
+    return replace(config, sliding_window=window if window < 4 else block_size + 1)
 
 
 def prefixes(h: PrefixCacheHarness, rids: Iterable[str] | None = None) -> dict[str, list[str]]:

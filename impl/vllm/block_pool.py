@@ -231,6 +231,7 @@ class BlockPool:
         num_full_blocks: int,
         block_size: int,
         kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
         if num_cached_blocks >= num_full_blocks:
             return
@@ -239,7 +240,7 @@ class BlockPool:
         insert = self.cached_block_hash_to_block.insert
         stored: list[BlockHash] = []
         for i, block in enumerate(blocks[num_cached_blocks:num_full_blocks], num_cached_blocks):
-            if block.is_null:
+            if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
             block_hash = hashes[i]
             key = block_hash + suffix

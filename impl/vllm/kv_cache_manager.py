@@ -81,6 +81,93 @@ class FullAttentionManager:
         self.num_cached_block[rid] = num_full
 
 
+class SlidingWindowManager(FullAttentionManager):
+    """The sliding-window group (KV cache group 1) of a hybrid manager: per-request lists whose
+    leading entries become the null block once wholly before the window."""
+
+    def __init__(self, block_pool: BlockPool, block_size: int, use_eagle: bool, window: int):
+        super().__init__(block_pool, block_size, use_eagle)
+        self.kv_cache_group_id = 1
+        self.sliding_window = window
+        self.null_block = block_pool.null_block
+        # blocks a hit needs before its end (EAGLE looks one further); 0: none is ever cached
+        self.need = -(-(window - 1) // block_size)
+
+    def skipped_blocks(self, num_computed_tokens: int) -> int:
+        return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+
+    def find_window_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        entries = self.block_pool.cached_block_hash_to_block._cache
+        suffix = b"\x00\x00\x00\x01"
+        need = self.need + eagle
+        run = 0
+        found: list[KVCacheBlock] = []
+        start = -1
+        for i in range(max_length // self.block_size - 1, -1, -1):
+            entry = entries.get(block_hashes[i] + suffix)
+            if entry is None:
+                run = 0
+                found.clear()
+                continue
+            found.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))  # type: ignore[union-attr]
+            run += 1
+            if run >= need:
+                start = i
+                break
+        found.reverse()  # the run, first block first
+        hits = [self.null_block] * start + found if start >= 0 else found
+        if eagle and hits:
+            hits.pop()
+        return hits
+
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, hits: Sequence[KVCacheBlock], computed: int = 0
+    ) -> int:
+        needed = -(-num_tokens // self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            return max(needed - held, 0)
+        skipped = self.skipped_blocks(computed)
+        missing = max(needed - max(skipped, len(hits) + held), 0)
+        return missing + sum(
+            1 for b in hits[max(0, skipped - held) :] if b.ref_cnt == 0 and not b.is_null
+        )
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        if num_computed_tokens - self.sliding_window + 1 <= 0:
+            return
+        blocks = self.req_to_blocks.setdefault(request_id, [])  # upstream's defaultdict
+        end = min(self.skipped_blocks(num_computed_tokens), len(blocks))
+        start = end
+        null = self.null_block
+        while start > 0 and blocks[start - 1] is not null:
+            start -= 1
+        if start < end:
+            freed = blocks[start:end]
+            blocks[start:end] = [null] * (end - start)
+            self.block_pool.free_blocks(freed[::-1])
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        rid = request.request_id
+        num_full = num_tokens // self.block_size
+        num_cached = self.num_cached_block.get(rid, 0)
+        if num_cached >= num_full:
+            return
+        blocks = self.req_to_blocks.setdefault(rid, [])
+        if self.need or self.use_eagle:
+            self.block_pool.cache_full_blocks(
+                request, blocks, num_cached, num_full, self.block_size, 1
+            )
+        else:  # a one-token window: no block can serve a hit (the event still comes)
+            self.block_pool.cache_full_blocks(
+                request, blocks, num_cached, num_full, self.block_size, 1,
+                [False] * (num_full - num_cached),
+            )  # fmt: skip
+        self.num_cached_block[rid] = num_full
+
+
 class KVCacheManager:
     """The fast manager; see :class:`spec.vllm.kv_cache_manager.KVCacheManager` for the contract."""
 
@@ -102,9 +189,12 @@ class KVCacheManager:
         common_prefix_blocks: CommonPrefix = "deprecated",
         hit_length_cap: bool = True,
         hit_length_clamp: bool = False,
+        sliding_window: int = 0,
     ) -> None:
         if block_size < 1 or max_model_len < 1 or watermark < 0:
             raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
+        if not isinstance(sliding_window, int) or sliding_window < 0:
+            raise InvalidArgument(f"sliding_window must be an int >= 0, got {sliding_window!r}")
         if common_prefix_blocks not in ("count", "deprecated", "removed"):
             raise InvalidArgument(f"unknown variant value {common_prefix_blocks!r}")
         self.max_model_len = max_model_len
@@ -118,9 +208,16 @@ class KVCacheManager:
             num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
         )
         self._single = self.single_cls(self.block_pool, block_size, use_eagle)
-        self.coordinator = KVCacheCoordinator(self.block_pool, (self._single,))  # type: ignore[arg-type]
+        # a second KV cache group, a sliding window (the hybrid paths below); None: one group
+        self._window = (
+            SlidingWindowManager(self.block_pool, block_size, use_eagle, sliding_window)
+            if sliding_window
+            else None
+        )
+        managers = (self._single,) if self._window is None else (self._single, self._window)
+        self.coordinator = KVCacheCoordinator(self.block_pool, managers)  # type: ignore[arg-type]
         self.watermark_blocks = int(watermark * num_blocks)
-        self.empty_kv_cache_blocks = KVCacheBlocks(((),))
+        self.empty_kv_cache_blocks = KVCacheBlocks(((),) * len(managers))
 
     @property
     def usage(self) -> float:
@@ -142,10 +239,31 @@ class KVCacheManager:
         limit = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
         if self.hit_length_clamp:  # 0.34: an explicit bound only lowers the default one
             limit = min(limit, request.num_tokens - 1)
+        if self._window is not None:
+            return self._hybrid_hit(request.block_hashes, limit)
         hits = self._single.find_longest_cache_hit(request.block_hashes, limit)
         if not hits:
             return self.empty_kv_cache_blocks, 0, 0
         return KVCacheBlocks((hits,)), len(hits) * self.block_size, 0
+
+    def _hybrid_hit(
+        self, block_hashes: Sequence[BlockHash], limit: int
+    ) -> tuple[KVCacheBlocks, int, int]:
+        window = self._window
+        assert window is not None
+        bs, eagle = self.block_size, self._single.use_eagle
+        most = len(block_hashes) * bs
+        full = self._single.find_longest_cache_hit(
+            block_hashes, min(limit + bs, most) if eagle else limit
+        )
+        longest = len(full) * bs
+        hits = window.find_window_hit(
+            block_hashes, min(longest + bs, most) if eagle else longest, eagle
+        )
+        length = len(hits) * bs
+        del full[len(hits) :]
+        blocks = KVCacheBlocks((full, hits)) if full or hits else self.empty_kv_cache_blocks
+        return blocks, length, longest if longest > length else 0
 
     def allocate_slots(
         self,
@@ -161,9 +279,17 @@ class KVCacheManager:
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
+        if self._window is not None:
+            return self._allocate_hybrid(
+                request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
+                full_sequence_must_fit, reserved_blocks, has_scheduled_reqs,
+            )  # fmt: skip
         rid = request.request_id
         single, pool = self._single, self.block_pool
         hits = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
+        if new_computed_blocks is not None and len(new_computed_blocks.blocks) != 1:
+            raise InvalidArgument(f"{len(new_computed_blocks.blocks)} lists of hits for 1 group")
         if (
             num_new_tokens == 0
             and num_external_computed_tokens == 0
@@ -228,6 +354,88 @@ class KVCacheManager:
             single.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return KVCacheBlocks((new_blocks,)) if new_blocks else self.empty_kv_cache_blocks
 
+    def _allocate_hybrid(
+        self,
+        request: Request,
+        num_new: int,
+        num_hit: int,
+        computed_blocks: KVCacheBlocks | None,
+        lookahead: int,
+        num_external: int,
+        delay: bool,
+        must_fit: bool,
+        reserved: int,
+        has_scheduled_reqs: bool,
+    ) -> KVCacheBlocks | None:
+        """``allocate_slots`` with the sliding-window group: the same steps as the spec's, with
+        the window's skipped blocks freed before the capacity check."""
+        single, window, pool = self._single, self._window, self.block_pool
+        assert window is not None
+        rid = request.request_id
+        lists = computed_blocks.blocks if computed_blocks is not None else ((), ())
+        if len(lists) != 2:
+            raise InvalidArgument(f"{len(lists)} lists of hits for 2 groups")
+        hits, window_hits = lists
+        if num_new == 0 and num_external == 0 and not (self.adopt_computed_tokens and num_hit):
+            raise InvalidArgument(
+                "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
+            )
+        self._validate(request, hits, num_new, num_hit, lookahead, num_external, reserved)
+        max_len, bs = self.max_model_len, self.block_size
+        num_local = request.num_computed_tokens + num_hit
+        total = min(num_local + num_external, max_len)
+        watermark = (
+            self.watermark_blocks if has_scheduled_reqs and request.status in _WAITING else 0
+        )
+        if must_fit:
+            full = min(request.num_tokens, max_len)
+            need = single.get_num_blocks_to_allocate(rid, full, hits)
+            need += window.get_num_blocks_to_allocate(rid, full, window_hits, total)
+            if need + watermark > pool.free_block_queue.num_free_blocks:
+                return None
+        window.remove_skipped_blocks(rid, max(0, total - request.num_in_flight_tokens))
+        slots = min(total + num_new + lookahead, max_len)
+        need = single.get_num_blocks_to_allocate(rid, slots, hits)
+        need += window.get_num_blocks_to_allocate(rid, slots, window_hits, num_local + num_external)
+        if need + watermark > pool.free_block_queue.num_free_blocks - reserved:
+            return None
+        fresh = rid not in single.num_cached_block and rid not in window.num_cached_block
+        if fresh and (hits or window_hits or num_external > 0):
+            self._adopt(rid, hits, 0, 0)
+            window_blocks = window.req_to_blocks.setdefault(rid, [])
+            if window_blocks:
+                raise RequestStateError(f"request {rid} already holds blocks")
+            skipped = window.skipped_blocks(num_local + num_external)
+            kept = window_hits[skipped:]
+            if self.enable_caching:
+                pool.touch(kept)
+            window_blocks.extend([window.null_block] * skipped)
+            window_blocks.extend(kept)
+            window.num_cached_block[rid] = len(window_blocks)
+            if num_external > 0:  # after every group's hits were touched
+                num_total = num_local + num_external
+                table = single.req_to_blocks[rid]
+                table.extend(pool.get_new_blocks(max(0, -(-num_total // bs) - len(table))))
+                skipped_tokens = max(0, num_total - window.sliding_window + 1)
+                # only the external tokens still inside the window get blocks
+                inside = min(num_total - skipped_tokens, num_external)
+                if inside > 0:
+                    window_blocks.extend(
+                        pool.get_new_blocks(max(0, -(-num_total // bs) - len(window_blocks)))
+                    )
+        new: list[list[KVCacheBlock]] = []
+        for m in (single, window):
+            table = m.req_to_blocks.setdefault(rid, [])
+            missing = -(-slots // bs) - len(table)
+            got = pool.get_new_blocks(missing) if missing > 0 else []
+            table.extend(got)
+            new.append(got)
+        if self.enable_caching and not delay:
+            upto = min(total + num_new, request.num_tokens)
+            single.cache_blocks(request, upto)
+            window.cache_blocks(request, upto)
+        return KVCacheBlocks((new[0], new[1])) if new[0] or new[1] else self.empty_kv_cache_blocks
+
     def _adopt(
         self, rid: str, hits: Sequence[KVCacheBlock], num_total: int, num_external: int
     ) -> list[KVCacheBlock]:
@@ -273,14 +481,29 @@ class KVCacheManager:
             )
 
     def free(self, request: Request) -> None:
-        blocks = self.pop_blocks_for_free(request)
+        rid = request.request_id
+        self._single.num_cached_block.pop(rid, None)
+        blocks = self._single.req_to_blocks.pop(rid, [])
         if blocks:
             self.block_pool.free_blocks(blocks[::-1])
+        if self._window is not None:  # group by group, one call each (as upstream)
+            self.block_pool.free_blocks(self._pop_window(rid)[::-1])
+
+    def _pop_window(self, rid: str) -> list[KVCacheBlock]:
+        window = self._window
+        assert window is not None
+        window.num_cached_block.pop(rid, None)
+        blocks = window.req_to_blocks.pop(rid, [])
+        lead = 0
+        while lead < len(blocks) and blocks[lead].is_null:
+            lead += 1
+        return blocks[lead:]
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         rid = request.request_id
         self._single.num_cached_block.pop(rid, None)
-        return self._single.req_to_blocks.pop(rid, [])
+        blocks = self._single.req_to_blocks.pop(rid, [])
+        return blocks if self._window is None else blocks + self._pop_window(rid)
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         self.block_pool.evict_blocks(block_ids)
@@ -304,7 +527,10 @@ class KVCacheManager:
         return [count]
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
-        return self.create_kv_cache_blocks((self._single.req_to_blocks.get(request_id) or [],))
+        lists = [self._single.req_to_blocks.get(request_id) or []]
+        if self._window is not None:
+            lists.append(self._window.req_to_blocks.get(request_id) or [])
+        return self.create_kv_cache_blocks(tuple(lists))
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         return self.get_blocks(request_id).get_block_ids()
