@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from impl.vllm.block_pool import BlockHashToBlockMap, BlockPool, KVCacheBlock
-from impl.vllm.kv_cache_manager import FullAttentionManager, KVCacheManager
+from impl.vllm.kv_cache_manager import FullAttentionManager, KVCacheManager, SlidingWindowManager
 from spec.errors import DoubleFreeError
 from spec.vllm.block_pool import BlockHashWithGroupId, BlockStored, RequestHashes
 from spec.vllm.kv_cache_manager import KVCacheBlocks, Request
@@ -324,6 +324,85 @@ class LookaheadNotClamped(KVCacheManager):
             self.max_model_len = cap
 
 
+# ----------------------------------------------------------------------------- sliding window
+# Planted in the hybrid path (issue 26): a full-attention group and a sliding-window group on
+# 0.34, the release whose hybrid coordinator kvspec models (docs/vllm-hybrid-groups.md).
+class _WindowKept(SlidingWindowManager):
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        return None
+
+
+class WindowBlocksNeverFreed(KVCacheManager):
+    """Planted: the blocks a sliding window has left are never nulled and freed, so a long
+    request holds its whole history in the window group (the memory the window was for)."""
+
+    window_cls = _WindowKept
+
+
+class _WindowRunNotReset(SlidingWindowManager):
+    def find_window_hit(
+        self, block_hashes: Sequence[Any], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        # the cached blocks are counted as one run across a miss: a hit whose window has a hole
+        entries = self.block_pool.cached_block_hash_to_block._cache
+        found = [
+            entries.get(block_hashes[i] + b"\x00\x00\x00\x01")
+            for i in range(max_length // self.block_size)
+        ]
+        cached = [i for i, e in enumerate(found) if e is not None]
+        if len(cached) < self.need + eagle or not cached:
+            return super().find_window_hit(block_hashes, max_length, eagle)
+        end = cached[-1] + 1
+        hits = [self.null_block] * end
+        for i in cached[-(self.need + eagle) :]:
+            hits[i] = found[i]  # type: ignore[assignment]
+        if eagle:
+            hits.pop()
+        return hits
+
+
+class WindowRunNotReset(KVCacheManager):
+    """Planted: the window hit does not restart its run of cached blocks at a miss, so a prefix
+    whose window has an uncached block is a hit (its KV there is missing)."""
+
+    window_cls = _WindowRunNotReset
+
+
+class _WindowNullsEvictable(SlidingWindowManager):
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, hits: Sequence[KVCacheBlock], computed: int = 0
+    ) -> int:
+        extra = sum(1 for b in hits if b.is_null) if request_id not in self.num_cached_block else 0
+        return super().get_num_blocks_to_allocate(request_id, num_tokens, hits, computed) + extra
+
+
+class WindowNullsCountedEvictable(KVCacheManager):
+    """vLLM PR #19031's kind (G2): the null blocks that pad a window hit (reference count 0)
+    are counted as free blocks the hit takes from the queue, so an admission that fits is
+    refused."""
+
+    window_cls = _WindowNullsEvictable
+
+
+class _WindowFreedFirstFirst(SlidingWindowManager):
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        blocks = self.req_to_blocks.get(request_id)
+        if blocks is None or num_computed_tokens - self.sliding_window + 1 <= 0:
+            return super().remove_skipped_blocks(request_id, num_computed_tokens)
+        end = min(self.skipped_blocks(num_computed_tokens), len(blocks))
+        freed = [b for b in blocks[:end] if not b.is_null]
+        blocks[:end] = [self.null_block] * end
+        if freed:
+            self.block_pool.free_blocks(freed)  # first block first: evicted first
+
+
+class WindowFreedOldestFirst(KVCacheManager):
+    """Planted: the blocks leaving the window are freed oldest first (upstream frees the newest
+    first), so the eviction order of those cached blocks changes."""
+
+    window_cls = _WindowFreedFirstFirst
+
+
 PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("touch_before_capacity_check", "vLLM PR #11565 (G1)", TouchBeforeCapacityCheck,
            "atomic_failure"),
@@ -355,4 +434,12 @@ PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
            "snapshot"),
     Mutant("lookahead_not_clamped", "planted (issue 30): lookahead at max_model_len",
            LookaheadNotClamped, "snapshot"),
+    Mutant("window_blocks_never_freed", "planted (issue 26): sliding window kept whole",
+           WindowBlocksNeverFreed, "snapshot", variant="r0.34"),
+    Mutant("window_run_not_reset", "planted (issue 26): window hit across a miss",
+           WindowRunNotReset, "return_value", variant="r0.34"),
+    Mutant("window_nulls_counted_evictable", "vLLM PR #19031 (G2) on a window hit",
+           WindowNullsCountedEvictable, "return_value", variant="r0.34"),
+    Mutant("window_freed_oldest_first", "planted (issue 26): window free order",
+           WindowFreedOldestFirst, "identical_eviction_order", variant="r0.34"),
 )  # fmt: skip

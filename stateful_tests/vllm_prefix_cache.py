@@ -598,5 +598,20 @@ CHECKER = CheckerDef(
             },
             variants=("r0.31",),
         ),
+        # 0.34 with a sliding-window group (issue 26): blocks leaving the window, null-padded
+        # window hits, a window run broken by a miss, whatever hypothesis' generator draws
+        Example(
+            10,
+            steps=200,
+            config={
+                "num_blocks": 7,
+                "block_size": 2,
+                "max_model_len": 8,
+                "vocab": 2,
+                "max_requests": 3,
+                "sliding_window": 3,
+            },
+            variants=("r0.34",),
+        ),
     ),
 )

@@ -173,6 +173,7 @@ class KVCacheManager:
 
     pool_cls: ClassVar[type[BlockPool]] = BlockPool
     single_cls: ClassVar[type[FullAttentionManager]] = FullAttentionManager
+    window_cls: ClassVar[type[SlidingWindowManager]] = SlidingWindowManager
 
     def __init__(
         self,
@@ -210,7 +211,7 @@ class KVCacheManager:
         self._single = self.single_cls(self.block_pool, block_size, use_eagle)
         # a second KV cache group, a sliding window (the hybrid paths below); None: one group
         self._window = (
-            SlidingWindowManager(self.block_pool, block_size, use_eagle, sliding_window)
+            self.window_cls(self.block_pool, block_size, use_eagle, sliding_window)
             if sliding_window
             else None
         )
