@@ -288,3 +288,17 @@ def test_an_option_configuration_the_overrides_rule_out_is_left_out() -> None:
     assert "mamba" not in [n for n, _, _ in kept] and "base" in [n for n, _, _ in kept]
     with pytest.raises(ValueError, match="do not go together"):  # the base itself: an error
         plan(SchedulerBounds, "base", ["tight"], {"connector": True, "mamba": True}, component="s")
+
+
+def test_the_default_prefix_cache_scope_explores_a_sliding_window_group() -> None:
+    # issue 26: 0.34's hybrid coordinator (full attention + a sliding window) is a configuration
+    from stateful_tests.mutants_vllm_prefix import WindowRunNotReset
+
+    comp = components.get("vllm-prefix-cache")
+    one = ["r0.34"]
+    assert cli_explore.explore_component(
+        comp, WindowRunNotReset, "t", variants=one, scope="base"
+    ).passed
+    out = cli_explore.explore_component(comp, WindowRunNotReset, "t", variants=one)
+    assert not out.passed and out.configs[-1] == "window"
+    assert out.to_json()["coverage"]["dimensions"]["window"] == [0, 2]

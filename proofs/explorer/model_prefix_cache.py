@@ -42,7 +42,9 @@ class PrefixCacheBounds:
     ``events``: ``enable_kv_cache_events`` and ``take_events`` (at most ``search.MAX_EVENTS`` rows
     pending: beyond that only read-only calls and ``take_events`` are offered); ``external``:
     admissions also take that many connector-loaded (external) tokens after the prefix hits
-    (0: none; the harness clamps them to the prompt's uncomputed tokens less one)."""
+    (0: none; the harness clamps them to the prompt's uncomputed tokens less one); ``window``:
+    a second KV cache group, a sliding window of that many tokens (0.34's hybrid coordinator;
+    0: one full-attention group)."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -59,6 +61,7 @@ class PrefixCacheBounds:
     watermark: bool = False
     events: bool = False
     external: int = 0
+    window: int = 0
 
     # The default scope is a small product: caching off and lookahead slots at the length cap (one
     # variant each: the option, not the variant, is what they add), then the base for every
@@ -98,6 +101,20 @@ class PrefixCacheBounds:
                     "variant": "unhashed_first",
                 },
             ),
+            # 0.34's hybrid coordinator: full attention and a two-token sliding window, one
+            # request (808 states; five blocks and a one-token prompt: 38,955 states, 22 s)
+            (
+                "window",
+                {
+                    "window": 2,
+                    "blocks": 4,
+                    "max_model_len": 3,
+                    "prompt_tokens": 2,
+                    "vocab": 1,
+                    "requests": 1,
+                    "variant": "r0.34",
+                },
+            ),
             ("base", {}),
         ),
     }
@@ -109,6 +126,7 @@ class PrefixCacheBounds:
         "watermark",
         "events",
         "external",
+        "window",
         "block_size",
     )
 
@@ -119,6 +137,7 @@ class PrefixCacheBounds:
         "watermark": "an admission watermark of one block (waiting requests keep it free)",
         "events": "enable_kv_cache_events and take_events (at most two event rows pending)",
         "external": "connector-loaded (external) tokens an admission may also take",
+        "window": "a sliding-window KV cache group of that many tokens (0.34's hybrid manager)",
         "blocks": "blocks in the pool, the null block included",
         "block_size": "tokens per block",
         "max_model_len": "tokens per request at most",
@@ -142,6 +161,7 @@ class PrefixCacheBounds:
                 ("gen_vocab", 1, 3),
                 ("lookahead", 0, 4),
                 ("external", 0, 4),
+                ("window", 0, 8),
             ),
         )
         if self.prompt_tokens >= self.max_model_len:
@@ -212,6 +232,7 @@ class PrefixCacheModel(Model):
             use_eagle=b.eagle,
             # int(watermark * num_blocks) blocks are kept: 1.5 / blocks gives exactly one
             watermark=1.5 / b.blocks if b.watermark else 0.0,
+            sliding_window=b.window,
         )
         # 0.34 removed the method: a real release has no attribute to call
         self.common_prefix = self.config.features()["common_prefix_blocks"] != "removed"
@@ -255,7 +276,10 @@ class PrefixCacheModel(Model):
         def then(_state_gen: Gen, returned: Any) -> Gen:
             if returned is None:
                 return gen
-            hit = len(returned["hits"]) * bs
+            found = returned["hits"]
+            if found and isinstance(found[0], list):  # one list per group: full attention's
+                found = found[0]
+            hit = len(found) * bs
             todo = len(req.tokens) - req.computed - hit
             loaded = max(0, min(external, todo - 1))  # the harness's clamp
             computed = req.computed + hit + loaded + max(0, min(budget, todo - loaded))
@@ -329,11 +353,10 @@ class PrefixCacheModel(Model):
         if edge.method in ("schedule", "allocate_slots") and spec_out.raised is None:
             returned = spec_out.returned
             if returned is None:
-                if before != snap:
-                    return "atomic_failure", f"None but changed {before.differing_fields(snap)}"
-                return None
+                problem = inv.gpu_refusal_changes_nothing(before, snap)
+                return None if problem is None else ("atomic_failure", problem)
             new = returned["new"] if isinstance(returned, dict) else returned
-            problem = inv.gpu_no_live_eviction(before, snap, new or [])
+            problem = inv.gpu_no_live_eviction(before, snap, inv.flat_ids(new or []))
             if problem:
                 return "no_live_eviction", problem
         return None
@@ -346,7 +369,8 @@ class PrefixCacheModel(Model):
         problem = inv.block_hashes_match_content(snap, checker.prefixes(spec))
         if problem:
             return "block_hashes_match_content", problem
-        if not snap.req_to_blocks and not deferred:
+        held = any(ids for _, tables, _ in inv.group_tables(snap) for _, ids in tables)
+        if not snap.req_to_blocks and not deferred and not held:
             problem = inv.gpu_no_leak_at_quiescence(snap)
             if problem:
                 return "no_leak_at_quiescence", problem
@@ -444,20 +468,26 @@ def _clone_harness(h: Any) -> Any:
     }
     state["cached_block_hash_to_block"] = n_table
     n_pool.__dict__.update(state)
-    single = m.coordinator.single_type_managers[0]
-    n_single = new(type(single))
-    n_single.__dict__.update(single.__dict__)
-    n_single.block_pool = n_pool
-    n_single.req_to_blocks = {
-        r: [bmap[id(b)] for b in bl] for r, bl in single.req_to_blocks.items()
-    }
-    n_single.num_cached_block = single.num_cached_block.copy()
+    singles = []
+    for single in m.coordinator.single_type_managers:  # every KV cache group's manager
+        n_single = new(type(single))
+        n_single.__dict__.update(single.__dict__)
+        n_single.block_pool = n_pool
+        n_single.req_to_blocks = {
+            r: [bmap[id(b)] for b in bl] for r, bl in single.req_to_blocks.items()
+        }
+        n_single.num_cached_block = single.num_cached_block.copy()
+        if "null_block" in single.__dict__:  # the impl's window manager keeps its own reference
+            n_single.null_block = bmap[id(single.null_block)]
+        singles.append(n_single)
     n_m = new(type(m))
     n_m.__dict__.update(m.__dict__)
     n_m.block_pool = n_pool
-    n_m.coordinator = type(m.coordinator)(n_pool, (n_single,))
+    n_m.coordinator = type(m.coordinator)(n_pool, tuple(singles))
     if "_single" in m.__dict__:
-        n_m._single = n_single
+        n_m._single = singles[0]
+    if m.__dict__.get("_window") is not None:
+        n_m._window = singles[1]
     n_h = new(PrefixCacheHarness)
     n_h.__dict__.update(h.__dict__)
     n_h.m = n_m
