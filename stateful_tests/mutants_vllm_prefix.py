@@ -110,11 +110,13 @@ class _ParentFromBlockPool(BlockPool):
         num_full_blocks: int,
         block_size: int,
         kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
         before = len(self.kv_event_queue)
         super().cache_full_blocks(
-            request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id
-        )
+            request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id,
+            block_mask,
+        )  # fmt: skip
         if len(self.kv_event_queue) > before and num_cached_blocks:
             event = self.kv_event_queue[-1]
             assert isinstance(event, BlockStored)
