@@ -1,0 +1,275 @@
+"""The single-type managers of vLLM's KV cache groups — the executable spec: full attention
+(every block kept) and a sliding window (blocks wholly before the window become the null block
+and are freed). Upstream's ``single_type_kv_cache_manager.py``; the coordinator and the manager
+that drive them are in :mod:`spec.vllm.kv_cache_manager` (docs/vllm-hybrid-groups.md §2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from spec.errors import RequestStateError
+from spec.vllm.block_pool import BlockHash, BlockPool, KVCacheBlock
+
+
+class Request(Protocol):
+    """What a manager reads of a request (``spec.vllm.kv_cache_manager.Request`` has it)."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def block_hashes(self) -> Sequence[BlockHash]: ...
+    @property
+    def all_token_ids(self) -> Sequence[int]: ...
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ----------------------------------------------------------------------------- one group
+class FullAttentionManager:
+    """The blocks of each request (``req_to_blocks``) and how many of them are cached
+    (``num_cached_block``, only for requests that cached or adopted blocks)."""
+
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int = 0
+    ) -> None:
+        self.block_pool = block_pool
+        self.block_size = block_size
+        self.use_eagle = use_eagle
+        self.kv_cache_group_id = group_id
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_block: dict[str, int] = {}
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Leading tokens attention no longer reads (none for full attention)."""
+        return 0
+
+    def find_longest_cache_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int
+    ) -> list[KVCacheBlock]:
+        """The cached blocks of the longest cached prefix of at most ``max_length`` tokens
+        (whole blocks; with eagle the last hit is dropped so that it is recomputed)."""
+        hits: list[KVCacheBlock] = []
+        for block_hash in block_hashes[: max_length // self.block_size]:
+            cached = self.block_pool.get_cached_block(block_hash, [self.kv_cache_group_id])
+            if cached is None:
+                break
+            hits.append(cached[0])
+        return hits[:-1] if self.use_eagle and hits else hits
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int = 0,
+    ) -> int:
+        """Blocks ``get_new_blocks`` and ``touch`` will take from the free queue to give the
+        request ``num_tokens`` slots: missing blocks, plus the free blocks among the hits."""
+        needed = cdiv(num_tokens, self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            return max(needed - held, 0)
+        missing = max(needed - (len(new_computed_blocks) + held), 0)
+        return missing + sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+
+    def add_local_computed_blocks(
+        self, request_id: str, hits: Sequence[KVCacheBlock], total_computed_tokens: int = 0
+    ) -> None:
+        """Pre: the request holds no block. Post: the hits are its first blocks (one more
+        reference each) and count as cached."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        if req_blocks:
+            raise RequestStateError(f"request {request_id} already holds blocks")
+        if self.block_pool.enable_caching:
+            self.block_pool.touch(hits)
+        req_blocks.extend(hits)
+        self.num_cached_block[request_id] = len(req_blocks)
+
+    def allocate_external_computed_blocks(
+        self, request_id: str, num_total_tokens: int, num_external_tokens: int = 0
+    ) -> None:
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        needed = max(0, cdiv(num_total_tokens, self.block_size) - len(req_blocks))
+        req_blocks.extend(self.block_pool.get_new_blocks(needed))
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        """Post: the request holds at least ``cdiv(num_tokens, block_size)`` blocks; the new ones."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        missing = cdiv(num_tokens, self.block_size) - len(req_blocks)
+        if missing <= 0:
+            return []
+        new_blocks = self.block_pool.get_new_blocks(missing)
+        req_blocks.extend(new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Post: the request's full blocks among its first ``num_tokens`` tokens are cached, from
+        where the last call stopped (``num_cached_block``)."""
+        rid = request.request_id
+        num_cached = self.num_cached_block.get(rid, 0)
+        num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        blocks = self.req_to_blocks.setdefault(rid, [])
+        self.block_pool.cache_full_blocks(
+            request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id
+        )
+        self.num_cached_block[rid] = num_full
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """The request's blocks in allocation order, forgotten (``[]`` for an unknown id)."""
+        self.num_cached_block.pop(request_id, None)
+        return self.req_to_blocks.pop(request_id, [])
+
+    def get_num_common_prefix_blocks(self, request_id: str) -> int:
+        """Leading blocks of the request referenced by every request holding blocks (quirk
+        *common-prefix-creates-entry*: an unknown id gets an empty entry)."""
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        count = 0
+        for block in blocks:
+            if block.ref_cnt != len(self.req_to_blocks):
+                break
+            count += 1
+        return count
+
+
+class SlidingWindowManager(FullAttentionManager):
+    """A sliding-window group (window ``W`` tokens; docs/vllm-hybrid-groups.md §2.1): a token
+    attends to the ``W - 1`` before it, so the blocks wholly before that are replaced in the
+    request's list by the null block and freed (:meth:`remove_skipped_blocks`), and a prefix hit
+    needs only the last ``cdiv(W - 1, block_size)`` blocks before its end to be cached (the
+    earlier positions are null blocks)."""
+
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int, window: int
+    ) -> None:
+        super().__init__(block_pool, block_size, use_eagle, group_id)
+        self.sliding_window = window
+
+    def contiguous_blocks_for_hit(self, drop_eagle: bool) -> int:
+        """Cached blocks a hit needs before its end (one more when EAGLE drops the last)."""
+        return cdiv(self.sliding_window - 1, self.block_size) + (1 if drop_eagle else 0)
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def find_window_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, drop_eagle: bool
+    ) -> list[KVCacheBlock]:
+        """The longest prefix of at most ``max_length`` tokens whose last ``need`` blocks are
+        cached, as null blocks then those blocks; found scanning from the end. Without such a
+        run, the cached run that starts at block 0 (possibly empty) is the hit. EAGLE then drops
+        the last block."""
+        need = self.contiguous_blocks_for_hit(drop_eagle)
+        null = self.block_pool.null_block
+        found: list[KVCacheBlock] = [null] * (max_length // self.block_size)
+        run = 0
+        for i in range(len(found) - 1, -1, -1):
+            cached = self.block_pool.get_cached_block(block_hashes[i], [self.kv_cache_group_id])
+            if cached is None:
+                run = 0
+                continue
+            found[i] = cached[0]
+            run += 1
+            if run >= need:
+                del found[i + run :]
+                break
+        else:
+            del found[run:]
+        if drop_eagle and found:
+            found.pop()
+        return found
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int = 0,
+    ) -> int:
+        """As full attention's, except that for a new request the blocks before the window are
+        neither needed nor (among the hits) taken from the queue."""
+        needed = cdiv(num_tokens, self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            return max(needed - held, 0)
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        missing = max(needed - max(skipped, len(new_computed_blocks) + held), 0)
+        kept = new_computed_blocks[max(0, skipped - held) :]
+        return missing + sum(1 for b in kept if b.ref_cnt == 0 and not b.is_null)
+
+    def add_local_computed_blocks(
+        self, request_id: str, hits: Sequence[KVCacheBlock], total_computed_tokens: int = 0
+    ) -> None:
+        """Pre: the request holds no block. Post: null blocks for the hits before the window,
+        then the other hits (one more reference each), all counted as cached."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        if req_blocks:
+            raise RequestStateError(f"request {request_id} already holds blocks")
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        kept = hits[skipped:]
+        if self.block_pool.enable_caching:
+            self.block_pool.touch(kept)
+        req_blocks.extend([self.block_pool.null_block] * skipped)
+        req_blocks.extend(kept)
+        self.num_cached_block[request_id] = len(req_blocks)
+
+    def allocate_external_computed_blocks(
+        self, request_id: str, num_total_tokens: int, num_external_tokens: int = 0
+    ) -> None:
+        """Blocks for the external tokens still inside the window."""
+        skipped = self.get_num_skipped_tokens(num_total_tokens)
+        if skipped > 0:
+            num_external_tokens = min(num_total_tokens - skipped, num_external_tokens)
+        if num_external_tokens <= 0:
+            return
+        super().allocate_external_computed_blocks(request_id, num_total_tokens)
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Post: the request's blocks wholly before the window of its next token are null
+        blocks; the ones nulled now are freed in one call, last first (quirk
+        *skip-creates-entry*: with tokens to skip, an id without blocks gets an empty list, as
+        upstream's ``defaultdict``)."""
+        skipped = self.get_num_skipped_tokens(num_computed_tokens)
+        if skipped <= 0:
+            return
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        freed: list[KVCacheBlock] = []
+        for i in range(min(skipped // self.block_size, len(blocks)) - 1, -1, -1):
+            if blocks[i].is_null:
+                break  # the earlier ones were nulled by an earlier step
+            freed.append(blocks[i])
+            blocks[i] = self.block_pool.null_block
+        if freed:
+            self.block_pool.free_blocks(freed)
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """As full attention's; with a window of one token no hit can use a block (it needs
+        none before its end), so every block is masked out (the event, empty, still comes)."""
+        rid = request.request_id
+        num_cached = self.num_cached_block.get(rid, 0)
+        num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        reachable = self.contiguous_blocks_for_hit(self.use_eagle) >= 1
+        self.block_pool.cache_full_blocks(
+            request,
+            self.req_to_blocks.setdefault(rid, []),
+            num_cached,
+            num_full,
+            self.block_size,
+            self.kv_cache_group_id,
+            None if reachable else [False] * (num_full - num_cached),
+        )
+        self.num_cached_block[rid] = num_full
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """The request's blocks after its leading null blocks, forgotten."""
+        blocks = super().pop_blocks_for_free(request_id)
+        skip = 0
+        while skip < len(blocks) and blocks[skip].is_null:
+            skip += 1
+        return blocks[skip:]
