@@ -416,11 +416,7 @@ def _cmd_corpus(args: argparse.Namespace) -> int:
         for column in ("bug", "release", "upstream", *checkers):
             out.add_column(column, overflow="fold")
         for o in outcomes:
-            b = o.bug
-            if o.row is None:
-                cells = {checkers[0]: f"error: {o.error}"}
-            else:
-                cells = {a.checker: mutants._cell(a) for a in o.row.attempts}
+            b, cells = o.bug, o.cells(checkers)
             out.add_row(
                 b.name, f"{b.engine} {b.release}", b.upstream, *(cells.get(c, "") for c in checkers)
             )

@@ -213,6 +213,14 @@ class Outcome:
     row: Any  # kill_matrix.Row, or None when the bug could not run
     error: str | None = None
 
+    def cells(self, checkers: Sequence[str]) -> dict[str, str]:
+        """Checker -> its table cell (the error in the first column when the bug did not run)."""
+        from kvspec.kill_matrix import _cell
+
+        if self.row is None:
+            return {checkers[0]: f"error: {self.error}"}
+        return {a.checker: _cell(a) for a in self.row.attempts}
+
     def to_json(self) -> dict[str, Any]:
         b = self.bug
         doc: dict[str, Any] = {
@@ -308,8 +316,6 @@ def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 def markdown(outcomes: Sequence[Outcome], checkers: Sequence[str], budget: float) -> str:
     """The corpus table (what ``--update-readme`` writes between the corpus markers)."""
-    from kvspec.kill_matrix import _cell
-
     lines = [
         f"Budget {budget:g} s per checker per bug, well-formed inputs; ✓ = killed (seconds to "
         "kill, shortest repro), — = survived, n/a = checker does not apply.",
@@ -318,11 +324,7 @@ def markdown(outcomes: Sequence[Outcome], checkers: Sequence[str], budget: float
         "|---|---|---|---|" + "---|" * len(checkers),
     ]
     for o in outcomes:
-        b = o.bug
-        if o.row is None:
-            cells = {c: f"error: {o.error}" for c in checkers[:1]}
-        else:
-            cells = {a.checker: _cell(a) for a in o.row.attempts}
+        b, cells = o.bug, o.cells(checkers)
         lines.append(
             f"| `{b.name}` | {b.engine} {b.release} | {b.upstream} | {b.component} | "
             + " | ".join(cells.get(c, "") for c in checkers)

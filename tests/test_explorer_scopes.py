@@ -16,6 +16,7 @@ from kvspec.cli import main
 from proofs import explorer
 from proofs.explorer import OffloadBounds, PrefixCacheBounds, SchedulerBounds
 from stateful_tests.mutants_vllm import StoreThresholdOffByOne as ThresholdOffByOne
+from stateful_tests.mutants_vllm_prefix import WindowRunNotReset
 
 TINY = {"capacity": 1, "keys": 2}  # the offload bounds every configuration shares here
 
@@ -225,33 +226,12 @@ class PrefixEventsLost(PrefixImpl):
         return []
 
 
-def test_the_default_prefix_cache_scope_takes_the_pools_events() -> None:
-    comp = components.get("vllm-prefix-cache")
-    one = ["unhashed_first"]
-    assert cli_explore.explore_component(
-        comp, PrefixEventsLost, "t", variants=one, scope="base"
-    ).passed
-    out = cli_explore.explore_component(comp, PrefixEventsLost, "t", variants=one)
-    assert not out.passed and out.configs[-1] == "events"
-
-
 class ExternalBlocksAsNew(PrefixImpl):
     """Planted for this test: blocks for connector-loaded tokens are not allocated at adoption,
     so they come back among the step's new blocks."""
 
     def _adopt(self, rid: str, hits: Any, num_total: int, num_external: int) -> Any:
         return super()._adopt(rid, hits, num_total, 0)
-
-
-def test_the_default_prefix_cache_scope_admits_with_external_tokens() -> None:
-    comp = components.get("vllm-prefix-cache")
-    one = ["unhashed_first"]
-    assert cli_explore.explore_component(
-        comp, ExternalBlocksAsNew, "t", variants=one, scope="base"
-    ).passed
-    out = cli_explore.explore_component(comp, ExternalBlocksAsNew, "t", variants=one)
-    assert not out.passed and out.configs[-1] == "external"
-    assert out.to_json()["coverage"]["dimensions"]["external"] == [0, 1]
 
 
 def test_scope_gaps_name_unreached_operations_and_one_sided_options() -> None:
@@ -271,7 +251,7 @@ def test_the_verify_explorer_stage_fails_on_a_scope_gap(monkeypatch: pytest.Monk
 
     comp = components.get("sglang-radix-cache")
     monkeypatch.setattr(RadixCacheBounds, "SCOPES", {"default": (("base", {}),)})
-    monkeypatch.setattr(cli_explore.components, "all_components", lambda: [comp])
+    monkeypatch.setattr(components, "all_components", lambda: [comp])
     status, summary = cli_explore.verify_stage()
     assert status == "fail"
     assert "option need_sort explored False only" in summary
@@ -290,15 +270,24 @@ def test_an_option_configuration_the_overrides_rule_out_is_left_out() -> None:
         plan(SchedulerBounds, "base", ["tight"], {"connector": True, "mamba": True}, component="s")
 
 
-def test_the_default_prefix_cache_scope_explores_a_sliding_window_group() -> None:
-    # issue 26: 0.34's hybrid coordinator (full attention + a sliding window) is a configuration
-    from stateful_tests.mutants_vllm_prefix import WindowRunNotReset
-
+@pytest.mark.parametrize(
+    ("planted", "variant", "configuration", "values"),
+    [
+        (PrefixEventsLost, "unhashed_first", "events", [False, True]),
+        (ExternalBlocksAsNew, "unhashed_first", "external", [0, 1]),
+        # issue 26: 0.34's hybrid coordinator (full attention + a sliding window)
+        (WindowRunNotReset, "r0.34", "window", [0, 2]),
+    ],
+)
+def test_a_prefix_cache_option_configuration_catches_its_planted_bug(
+    planted: Any, variant: str, configuration: str, values: list[Any]
+) -> None:
+    """Each prefix-cache option configuration of the default scope catches a bug the base
+    cannot reach, and the report lists the option's values."""
     comp = components.get("vllm-prefix-cache")
-    one = ["r0.34"]
     assert cli_explore.explore_component(
-        comp, WindowRunNotReset, "t", variants=one, scope="base"
+        comp, planted, "t", variants=[variant], scope="base"
     ).passed
-    out = cli_explore.explore_component(comp, WindowRunNotReset, "t", variants=one)
-    assert not out.passed and out.configs[-1] == "window"
-    assert out.to_json()["coverage"]["dimensions"]["window"] == [0, 2]
+    out = cli_explore.explore_component(comp, planted, "t", variants=[variant])
+    assert not out.passed and out.configs[-1] == configuration
+    assert out.to_json()["coverage"]["dimensions"][configuration] == values

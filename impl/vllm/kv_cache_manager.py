@@ -75,10 +75,21 @@ class FullAttentionManager:
         if num_cached >= num_full:
             return
         blocks = self.req_to_blocks.setdefault(rid, [])
-        self.block_pool.cache_full_blocks(
-            request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id
-        )
+        mask = self.cache_mask(num_full - num_cached)
+        if mask is None:  # (the planted-bug pools take the upstream arguments only)
+            self.block_pool.cache_full_blocks(
+                request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id
+            )
+        else:
+            self.block_pool.cache_full_blocks(
+                request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id,
+                mask,
+            )  # fmt: skip
         self.num_cached_block[rid] = num_full
+
+    def cache_mask(self, count: int) -> list[bool] | None:
+        """Which of ``count`` newly full blocks can ever serve a hit (``None``: all of them)."""
+        return None
 
 
 class SlidingWindowManager(FullAttentionManager):
@@ -149,23 +160,9 @@ class SlidingWindowManager(FullAttentionManager):
             blocks[start:end] = [null] * (end - start)
             self.block_pool.free_blocks(freed[::-1])
 
-    def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        rid = request.request_id
-        num_full = num_tokens // self.block_size
-        num_cached = self.num_cached_block.get(rid, 0)
-        if num_cached >= num_full:
-            return
-        blocks = self.req_to_blocks.setdefault(rid, [])
-        if self.need or self.use_eagle:
-            self.block_pool.cache_full_blocks(
-                request, blocks, num_cached, num_full, self.block_size, 1
-            )
-        else:  # a one-token window: no block can serve a hit (the event still comes)
-            self.block_pool.cache_full_blocks(
-                request, blocks, num_cached, num_full, self.block_size, 1,
-                [False] * (num_full - num_cached),
-            )  # fmt: skip
-        self.num_cached_block[rid] = num_full
+    def cache_mask(self, count: int) -> list[bool] | None:
+        # a one-token window: no block can serve a hit (the event still comes)
+        return None if self.need or self.use_eagle else [False] * count
 
 
 class KVCacheManager:

@@ -67,25 +67,33 @@ class FullAttentionManager:
         total_computed_tokens: int = 0,
     ) -> int:
         """Blocks ``get_new_blocks`` and ``touch`` will take from the free queue to give the
-        request ``num_tokens`` slots: missing blocks, plus the free blocks among the hits."""
+        request ``num_tokens`` slots: missing blocks, plus the free blocks among the hits — for a
+        new request, those wholly before an attention window (``get_num_skipped_tokens`` of
+        ``total_computed_tokens``) neither needed nor taken."""
         needed = cdiv(num_tokens, self.block_size)
         held = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:
             return max(needed - held, 0)
-        missing = max(needed - (len(new_computed_blocks) + held), 0)
-        return missing + sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        missing = max(needed - max(skipped, len(new_computed_blocks) + held), 0)
+        kept = new_computed_blocks[max(0, skipped - held) :]
+        return missing + sum(1 for b in kept if b.ref_cnt == 0 and not b.is_null)
 
     def add_local_computed_blocks(
         self, request_id: str, hits: Sequence[KVCacheBlock], total_computed_tokens: int = 0
     ) -> None:
-        """Pre: the request holds no block. Post: the hits are its first blocks (one more
-        reference each) and count as cached."""
+        """Pre: the request holds no block. Post: null blocks for the hits wholly before an
+        attention window (none for full attention), then the other hits (one more reference
+        each), all counted as cached."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         if req_blocks:
             raise RequestStateError(f"request {request_id} already holds blocks")
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        kept = hits[skipped:]
         if self.block_pool.enable_caching:
-            self.block_pool.touch(hits)
-        req_blocks.extend(hits)
+            self.block_pool.touch(kept)
+        req_blocks.extend([self.block_pool.null_block] * skipped)
+        req_blocks.extend(kept)
         self.num_cached_block[request_id] = len(req_blocks)
 
     def allocate_external_computed_blocks(
@@ -115,9 +123,14 @@ class FullAttentionManager:
             return
         blocks = self.req_to_blocks.setdefault(rid, [])
         self.block_pool.cache_full_blocks(
-            request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id
-        )
+            request, blocks, num_cached, num_full, self.block_size, self.kv_cache_group_id,
+            self.cache_mask(num_full - num_cached),
+        )  # fmt: skip
         self.num_cached_block[rid] = num_full
+
+    def cache_mask(self, count: int) -> list[bool] | None:
+        """Which of ``count`` newly full blocks can ever serve a hit (``None``: all of them)."""
+        return None
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         """The request's blocks in allocation order, forgotten (``[]`` for an unknown id)."""
@@ -183,40 +196,6 @@ class SlidingWindowManager(FullAttentionManager):
             found.pop()
         return found
 
-    def get_num_blocks_to_allocate(
-        self,
-        request_id: str,
-        num_tokens: int,
-        new_computed_blocks: Sequence[KVCacheBlock],
-        total_computed_tokens: int = 0,
-    ) -> int:
-        """As full attention's, except that for a new request the blocks before the window are
-        neither needed nor (among the hits) taken from the queue."""
-        needed = cdiv(num_tokens, self.block_size)
-        held = len(self.req_to_blocks.get(request_id, ()))
-        if request_id in self.num_cached_block:
-            return max(needed - held, 0)
-        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
-        missing = max(needed - max(skipped, len(new_computed_blocks) + held), 0)
-        kept = new_computed_blocks[max(0, skipped - held) :]
-        return missing + sum(1 for b in kept if b.ref_cnt == 0 and not b.is_null)
-
-    def add_local_computed_blocks(
-        self, request_id: str, hits: Sequence[KVCacheBlock], total_computed_tokens: int = 0
-    ) -> None:
-        """Pre: the request holds no block. Post: null blocks for the hits before the window,
-        then the other hits (one more reference each), all counted as cached."""
-        req_blocks = self.req_to_blocks.setdefault(request_id, [])
-        if req_blocks:
-            raise RequestStateError(f"request {request_id} already holds blocks")
-        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
-        kept = hits[skipped:]
-        if self.block_pool.enable_caching:
-            self.block_pool.touch(kept)
-        req_blocks.extend([self.block_pool.null_block] * skipped)
-        req_blocks.extend(kept)
-        self.num_cached_block[request_id] = len(req_blocks)
-
     def allocate_external_computed_blocks(
         self, request_id: str, num_total_tokens: int, num_external_tokens: int = 0
     ) -> None:
@@ -246,25 +225,10 @@ class SlidingWindowManager(FullAttentionManager):
         if freed:
             self.block_pool.free_blocks(freed)
 
-    def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """As full attention's; with a window of one token no hit can use a block (it needs
-        none before its end), so every block is masked out (the event, empty, still comes)."""
-        rid = request.request_id
-        num_cached = self.num_cached_block.get(rid, 0)
-        num_full = num_tokens // self.block_size
-        if num_cached >= num_full:
-            return
-        reachable = self.contiguous_blocks_for_hit(self.use_eagle) >= 1
-        self.block_pool.cache_full_blocks(
-            request,
-            self.req_to_blocks.setdefault(rid, []),
-            num_cached,
-            num_full,
-            self.block_size,
-            self.kv_cache_group_id,
-            None if reachable else [False] * (num_full - num_cached),
-        )
-        self.num_cached_block[rid] = num_full
+    def cache_mask(self, count: int) -> list[bool] | None:
+        """With a window of one token no hit can use a block (it needs none before its end):
+        every block is masked out (the event, empty, still comes)."""
+        return None if self.contiguous_blocks_for_hit(self.use_eagle) >= 1 else [False] * count
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         """The request's blocks after its leading null blocks, forgotten."""
