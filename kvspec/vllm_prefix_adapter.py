@@ -6,8 +6,9 @@ full-attention group, behind kvspec's constructor.
 reads (``block_pool``, ``coordinator.single_type_managers[0]``, the free queue, the hash map, the
 event queue, ``usage``) is upstream's own. The subclass only builds what upstream's constructor
 needs from kvspec's arguments — a ``KVCacheConfig`` with one ``FullAttentionSpec`` group of
-``block_size`` tokens (and, with ``sliding_window``, a ``SlidingWindowSpec`` group of the same
-block size), ``hash_block_size == scheduler_block_size == block_size``
+``block_size`` tokens (and, with ``sliding_window`` or ``attention_groups``, a
+``SlidingWindowSpec`` or ``ChunkedLocalAttentionSpec`` group each, of the same block size),
+``hash_block_size == scheduler_block_size == block_size``
 (docs/vllm-kv-cache-manager.md §8) — passing only the keywords the release takes, and offers the
 harness three hooks:
 
@@ -32,12 +33,19 @@ import importlib
 import inspect
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from kvspec import vllm_adapter
 from kvspec.targets import TargetError
 from kvspec.trees import PROCESS, Namespace
-from spec.vllm.kv_cache_manager import RELEASES, Request, hash_block_tokens, text_label
+from spec.vllm.kv_cache_manager import (
+    RELEASES,
+    Request,
+    further_groups,
+    hash_block_tokens,
+    text_label,
+)
 
 UPSTREAM_MODULE = "vllm.v1.core.kv_cache_manager"
 HASH_SEED = "0"
@@ -131,6 +139,7 @@ def adapter_class(
             enable_kv_cache_events: bool = False,
             watermark: float = 0.0,
             sliding_window: int = 0,
+            attention_groups: Sequence[tuple[str, int]] = (),
             **variant_keywords: Any,  # what kvspec expects; the installed release decides
         ) -> None:
             shape = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1}
@@ -139,11 +148,18 @@ def adapter_class(
                     ["kvspec.layer"], interface.FullAttentionSpec(**shape, dtype=torch.float32)
                 )
             ]
-            if sliding_window:  # the hybrid coordinator: full attention, then the window
-                window = interface.SlidingWindowSpec(
-                    **shape, dtype=torch.float32, sliding_window=sliding_window
+            # the hybrid coordinator: full attention, then each further group
+            for g, (kind, size) in enumerate(
+                further_groups(sliding_window, attention_groups, use_eagle), start=1
+            ):
+                spec = (
+                    interface.SlidingWindowSpec(**shape, dtype=torch.float32, sliding_window=size)
+                    if kind == "sliding_window"
+                    else interface.ChunkedLocalAttentionSpec(
+                        **shape, dtype=torch.float32, attention_chunk_size=size
+                    )
                 )
-                groups.append(interface.KVCacheGroupSpec(["kvspec.window"], window))
+                groups.append(interface.KVCacheGroupSpec([f"kvspec.group{g}"], spec))
             config = interface.KVCacheConfig(
                 num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups
             )

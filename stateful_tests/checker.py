@@ -431,10 +431,15 @@ def check(
 
 def count_config(coverage: Counter[str], config: Any) -> None:
     """Count one drawn configuration in ``coverage``: ``config:FIELD=VALUE`` (JSON) per scalar
-    field, so a report can say which option values its programs ran under."""
+    or list field, so a report can say which option values its programs ran under."""
     for name, value in config.to_json().items():
-        if value is None or isinstance(value, (bool, int, float, str)):
+        if value is None or isinstance(value, (bool, int, float, str, list, tuple)):
             coverage[f"config:{name}={json.dumps(value)}"] += 1
+
+
+def _frozen(value: Any) -> Any:
+    """A JSON value hashable (lists as tuples)."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
 def scope_report(checker: CheckerDef, coverage: Mapping[str, int], inputs: str) -> dict[str, Any]:
@@ -444,7 +449,7 @@ def scope_report(checker: CheckerDef, coverage: Mapping[str, int], inputs: str) 
     for key in coverage:
         if key.startswith("config:"):
             name, _, value = key[len("config:") :].partition("=")
-            drawn.setdefault(name, set()).add(json.loads(value))
+            drawn.setdefault(name, set()).add(_frozen(json.loads(value)))
     return {
         "dimensions": {
             name: sorted(values, key=lambda v: (type(v).__name__, v))

@@ -86,7 +86,16 @@ def draw_config(c: Chooser, variant: str | None) -> Config:
     # 0.34's hybrid coordinator: four runs in seven add a sliding-window group (windows of one
     # token, which caches nothing, up to one block and a token)
     window = c.pick((0, 0, 0, 1, 2, 3, 4))
-    return replace(config, sliding_window=window if window < 4 else block_size + 1)
+    config = replace(config, sliding_window=window if window < 4 else block_size + 1)
+    # then, in three runs of seven, one more group: chunked local attention (not with EAGLE)
+    # or, after a window, a wider second window (three groups: the fixed-point hit)
+    more = c.pick((0, 0, 0, 0, 1, 1, 2))
+    if more == 1 and not config.use_eagle:
+        return replace(config, attention_groups=(("chunked_local", c.int(1, 2 * block_size)),))
+    if more == 2 and config.sliding_window:
+        wider = config.sliding_window + c.int(1, block_size)
+        return replace(config, attention_groups=(("sliding_window", wider),))
+    return config
 
 
 def prefixes(h: PrefixCacheHarness, rids: Iterable[str] | None = None) -> dict[str, list[str]]:
@@ -610,6 +619,37 @@ CHECKER = CheckerDef(
                 "vocab": 2,
                 "max_requests": 3,
                 "sliding_window": 3,
+            },
+            variants=("r0.34",),
+        ),
+        # 0.34 with a chunked-local group, and with two windows and a chunk (three further
+        # groups: the coordinator's fixed-point hit)
+        Example(
+            11,
+            steps=200,
+            config={
+                "num_blocks": 7,
+                "block_size": 2,
+                "max_model_len": 8,
+                "vocab": 2,
+                "max_requests": 3,
+                "use_eagle": False,
+                "attention_groups": (("chunked_local", 4),),
+            },
+            variants=("r0.34",),
+        ),
+        Example(
+            12,
+            steps=200,
+            config={
+                "num_blocks": 9,
+                "block_size": 1,
+                "max_model_len": 6,
+                "vocab": 2,
+                "max_requests": 3,
+                "sliding_window": 2,
+                "use_eagle": False,
+                "attention_groups": (("sliding_window", 3), ("chunked_local", 2)),
             },
             variants=("r0.34",),
         ),

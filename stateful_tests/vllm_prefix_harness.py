@@ -53,6 +53,14 @@ class Config:
     # > 0: a second KV cache group, a sliding window of that many tokens (vLLM 0.34's hybrid
     # coordinator; docs/vllm-hybrid-groups.md)
     sliding_window: int = 0
+    # further KV cache groups after that, ``(kind, tokens)``: ``("sliding_window", W)``,
+    # ``("chunked_local", C)`` (more than one: the coordinator's fixed-point hit)
+    attention_groups: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:  # from JSON the groups come as lists: keep it hashable
+        object.__setattr__(
+            self, "attention_groups", tuple((str(k), int(n)) for k, n in self.attention_groups)
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +111,11 @@ class PrefixCacheHarness:
             watermark=config.watermark,
             **variant_keywords(config.variant),
             **({"sliding_window": config.sliding_window} if config.sliding_window else {}),
+            **(
+                {"attention_groups": tuple(map(tuple, config.attention_groups))}
+                if config.attention_groups
+                else {}
+            ),
         )
         self.new_request: Callable[[str, list[int], int], Any] = getattr(
             manager_cls, "kvspec_request", Request

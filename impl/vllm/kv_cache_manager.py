@@ -26,6 +26,7 @@ from spec.vllm.kv_cache_manager import (
     KVCacheCoordinator,
     Request,
     RequestStatus,
+    further_groups,
 )
 
 _WAITING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
@@ -92,26 +93,119 @@ class FullAttentionManager:
         return None
 
 
-class SlidingWindowManager(FullAttentionManager):
-    """The sliding-window group (KV cache group 1) of a hybrid manager: per-request lists whose
-    leading entries become the null block once wholly before the window."""
+class _LocalManager(FullAttentionManager):
+    """A further KV cache group whose attention span ends (a sliding window, a chunk): per-request
+    lists whose leading entries become the null block once wholly before that span."""
 
-    def __init__(self, block_pool: BlockPool, block_size: int, use_eagle: bool, window: int):
+    def __init__(self, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int):
         super().__init__(block_pool, block_size, use_eagle)
-        self.kv_cache_group_id = 1
-        self.sliding_window = window
+        self.kv_cache_group_id = group_id
+        self.suffix = group_id.to_bytes(4, "big")
         self.null_block = block_pool.null_block
+
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        raise NotImplementedError
+
+    def skipped_blocks(self, num_computed_tokens: int) -> int:
+        return self.skipped_tokens(num_computed_tokens) // self.block_size
+
+    def local_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        raise NotImplementedError
+
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, hits: Sequence[KVCacheBlock], computed: int = 0
+    ) -> int:
+        needed = -(-num_tokens // self.block_size)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            return max(needed - held, 0)
+        skipped = self.skipped_blocks(computed)
+        missing = max(needed - max(skipped, len(hits) + held), 0)
+        return missing + sum(
+            1 for b in hits[max(0, skipped - held) :] if b.ref_cnt == 0 and not b.is_null
+        )
+
+    def adopt(self, rid: str, hits: Sequence[KVCacheBlock], num_total: int, caching: bool) -> None:
+        """Null blocks for the hits wholly before the span, then the others, touched."""
+        blocks = self.req_to_blocks.setdefault(rid, [])
+        if blocks:
+            raise RequestStateError(f"request {rid} already holds blocks")
+        skipped = self.skipped_blocks(num_total)
+        kept = hits[skipped:]
+        if caching:
+            self.block_pool.touch(kept)
+        blocks.extend([self.null_block] * skipped)
+        blocks.extend(kept)
+        self.num_cached_block[rid] = len(blocks)
+
+    def allocate_external(self, rid: str, num_total: int, num_external: int) -> None:
+        """Blocks up to ``num_total`` tokens, if an external token is still inside the span."""
+        skipped = self.skipped_tokens(num_total)
+        if skipped > 0:
+            num_external = min(num_total - skipped, num_external)
+        if num_external > 0:
+            blocks = self.req_to_blocks[rid]
+            blocks.extend(
+                self.block_pool.get_new_blocks(
+                    max(0, -(-num_total // self.block_size) - len(blocks))
+                )
+            )
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        if self.skipped_tokens(num_computed_tokens) <= 0:
+            return
+        blocks = self.req_to_blocks.setdefault(request_id, [])  # upstream's defaultdict
+        end = min(self.skipped_blocks(num_computed_tokens), len(blocks))
+        start = end
+        null = self.null_block
+        while start > 0 and blocks[start - 1] is not null:
+            start -= 1
+        if start < end:
+            freed = blocks[start:end]
+            blocks[start:end] = [null] * (end - start)
+            self.block_pool.free_blocks(freed[::-1])
+
+    def pop(self, rid: str) -> list[KVCacheBlock]:
+        """The request's blocks after its leading null blocks, forgotten."""
+        self.num_cached_block.pop(rid, None)
+        blocks = self.req_to_blocks.pop(rid, [])
+        lead = 0
+        while lead < len(blocks) and blocks[lead].is_null:
+            lead += 1
+        return blocks[lead:]
+
+
+class SlidingWindowManager(_LocalManager):
+    """A sliding-window group: a hit needs only its last ``need`` blocks cached."""
+
+    def __init__(
+        self,
+        block_pool: BlockPool,
+        block_size: int,
+        use_eagle: bool,
+        window: int,
+        group_id: int = 1,
+    ):
+        super().__init__(block_pool, block_size, use_eagle, group_id)
+        self.sliding_window = window
         # blocks a hit needs before its end (EAGLE looks one further); 0: none is ever cached
         self.need = -(-(window - 1) // block_size)
 
-    def skipped_blocks(self, num_computed_tokens: int) -> int:
-        return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def local_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        return self.find_window_hit(block_hashes, max_length, eagle)
 
     def find_window_hit(
         self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
     ) -> list[KVCacheBlock]:
         entries = self.block_pool.cached_block_hash_to_block._cache
-        suffix = b"\x00\x00\x00\x01"
+        suffix = self.suffix
         need = self.need + eagle
         run = 0
         found: list[KVCacheBlock] = []
@@ -133,36 +227,36 @@ class SlidingWindowManager(FullAttentionManager):
             hits.pop()
         return hits
 
-    def get_num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, hits: Sequence[KVCacheBlock], computed: int = 0
-    ) -> int:
-        needed = -(-num_tokens // self.block_size)
-        held = len(self.req_to_blocks.get(request_id, ()))
-        if request_id in self.num_cached_block:
-            return max(needed - held, 0)
-        skipped = self.skipped_blocks(computed)
-        missing = max(needed - max(skipped, len(hits) + held), 0)
-        return missing + sum(
-            1 for b in hits[max(0, skipped - held) :] if b.ref_cnt == 0 and not b.is_null
-        )
-
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        if num_computed_tokens - self.sliding_window + 1 <= 0:
-            return
-        blocks = self.req_to_blocks.setdefault(request_id, [])  # upstream's defaultdict
-        end = min(self.skipped_blocks(num_computed_tokens), len(blocks))
-        start = end
-        null = self.null_block
-        while start > 0 and blocks[start - 1] is not null:
-            start -= 1
-        if start < end:
-            freed = blocks[start:end]
-            blocks[start:end] = [null] * (end - start)
-            self.block_pool.free_blocks(freed[::-1])
-
     def cache_mask(self, count: int) -> list[bool] | None:
         # a one-token window: no block can serve a hit (the event still comes)
         return None if self.need or self.use_eagle else [False] * count
+
+
+class ChunkedLocalAttentionManager(_LocalManager):
+    """A chunked-local group: a hit is null blocks up to its chunk, then a cached run."""
+
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, chunk: int, group_id: int = 1
+    ):
+        super().__init__(block_pool, block_size, use_eagle, group_id)
+        self.attention_chunk_size = chunk
+
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
+
+    def local_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        entries = self.block_pool.cached_block_hash_to_block._cache
+        suffix = self.suffix
+        start = self.skipped_tokens(max_length) // self.block_size
+        hits = [self.null_block] * start
+        for i in range(start, max_length // self.block_size):
+            entry = entries.get(block_hashes[i] + suffix)
+            if entry is None:
+                break
+            hits.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))  # type: ignore[union-attr]
+        return hits
 
 
 class KVCacheManager:
@@ -171,6 +265,7 @@ class KVCacheManager:
     pool_cls: ClassVar[type[BlockPool]] = BlockPool
     single_cls: ClassVar[type[FullAttentionManager]] = FullAttentionManager
     window_cls: ClassVar[type[SlidingWindowManager]] = SlidingWindowManager
+    chunk_cls: ClassVar[type[ChunkedLocalAttentionManager]] = ChunkedLocalAttentionManager
 
     def __init__(
         self,
@@ -188,11 +283,11 @@ class KVCacheManager:
         hit_length_cap: bool = True,
         hit_length_clamp: bool = False,
         sliding_window: int = 0,
+        attention_groups: Sequence[tuple[str, int]] = (),
     ) -> None:
         if block_size < 1 or max_model_len < 1 or watermark < 0:
             raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
-        if not isinstance(sliding_window, int) or sliding_window < 0:
-            raise InvalidArgument(f"sliding_window must be an int >= 0, got {sliding_window!r}")
+        further = further_groups(sliding_window, attention_groups, use_eagle)
         if common_prefix_blocks not in ("count", "deprecated", "removed"):
             raise InvalidArgument(f"unknown variant value {common_prefix_blocks!r}")
         self.max_model_len = max_model_len
@@ -206,13 +301,14 @@ class KVCacheManager:
             num_blocks, enable_caching, block_size, enable_kv_cache_events, free_order
         )
         self._single = self.single_cls(self.block_pool, block_size, use_eagle)
-        # a second KV cache group, a sliding window (the hybrid paths below); None: one group
-        self._window = (
-            self.window_cls(self.block_pool, block_size, use_eagle, sliding_window)
-            if sliding_window
-            else None
+        # the further KV cache groups (the hybrid paths below); (): one group
+        self._locals: tuple[_LocalManager, ...] = tuple(
+            (self.window_cls if kind == "sliding_window" else self.chunk_cls)(
+                self.block_pool, block_size, use_eagle, size, g
+            )
+            for g, (kind, size) in enumerate(further, start=1)
         )
-        managers = (self._single,) if self._window is None else (self._single, self._window)
+        managers = (self._single, *self._locals)
         self.coordinator = KVCacheCoordinator(self.block_pool, managers)  # type: ignore[arg-type]
         self.watermark_blocks = int(watermark * num_blocks)
         self.empty_kv_cache_blocks = KVCacheBlocks(((),) * len(managers))
@@ -237,7 +333,7 @@ class KVCacheManager:
         limit = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
         if self.hit_length_clamp:  # 0.34: an explicit bound only lowers the default one
             limit = min(limit, request.num_tokens - 1)
-        if self._window is not None:
+        if self._locals:
             return self._hybrid_hit(request.block_hashes, limit)
         hits = self._single.find_longest_cache_hit(request.block_hashes, limit)
         if not hits:
@@ -247,20 +343,36 @@ class KVCacheManager:
     def _hybrid_hit(
         self, block_hashes: Sequence[BlockHash], limit: int
     ) -> tuple[KVCacheBlocks, int, int]:
-        window = self._window
-        assert window is not None
         bs, eagle = self.block_size, self._single.use_eagle
         most = len(block_hashes) * bs
         full = self._single.find_longest_cache_hit(
             block_hashes, min(limit + bs, most) if eagle else limit
         )
-        longest = len(full) * bs
-        hits = window.find_window_hit(
-            block_hashes, min(longest + bs, most) if eagle else longest, eagle
-        )
-        length = len(hits) * bs
-        del full[len(hits) :]
-        blocks = KVCacheBlocks((full, hits)) if full or hits else self.empty_kv_cache_blocks
+        length = longest = len(full) * bs
+        lists: list[list[KVCacheBlock]] = [full]
+        lists += [[] for _ in self._locals]
+        verified: set[int] = set()
+        candidate = limit
+        while True:  # the fixed point; one round with one further group
+            for g, manager in enumerate(self._locals, start=1):
+                drop = eagle and g not in verified
+                hits = manager.local_hit(
+                    block_hashes, min(length + bs, most) if drop else length, drop
+                )
+                lists[g] = hits
+                found = len(hits) * bs
+                if drop:
+                    verified.add(g)
+                elif found < length:
+                    verified.clear()
+                length = found
+                if length > longest:
+                    longest = length
+            if length >= candidate or len(self._locals) == 1:
+                break
+            candidate = length
+        del full[-(-length // bs) :]
+        blocks = KVCacheBlocks(tuple(lists)) if any(lists) else self.empty_kv_cache_blocks
         return blocks, length, longest if longest > length else 0
 
     def allocate_slots(
@@ -277,7 +389,7 @@ class KVCacheManager:
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
-        if self._window is not None:
+        if self._locals:
             return self._allocate_hybrid(
                 request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
@@ -365,15 +477,14 @@ class KVCacheManager:
         reserved: int,
         has_scheduled_reqs: bool,
     ) -> KVCacheBlocks | None:
-        """``allocate_slots`` with the sliding-window group: the same steps as the spec's, with
-        the window's skipped blocks freed before the capacity check."""
-        single, window, pool = self._single, self._window, self.block_pool
-        assert window is not None
+        """``allocate_slots`` with further groups: the same steps as the spec's, with their
+        skipped blocks freed before the capacity check."""
+        single, local, pool = self._single, self._locals, self.block_pool
         rid = request.request_id
-        lists = computed_blocks.blocks if computed_blocks is not None else ((), ())
-        if len(lists) != 2:
-            raise InvalidArgument(f"{len(lists)} lists of hits for 2 groups")
-        hits, window_hits = lists
+        lists = computed_blocks.blocks if computed_blocks is not None else ((),) * (1 + len(local))
+        if len(lists) != 1 + len(local):
+            raise InvalidArgument(f"{len(lists)} lists of hits for {1 + len(local)} groups")
+        hits, local_hits = lists[0], lists[1:]
         if num_new == 0 and num_external == 0 and not (self.adopt_computed_tokens and num_hit):
             raise InvalidArgument(
                 "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
@@ -388,42 +499,35 @@ class KVCacheManager:
         if must_fit:
             full = min(request.num_tokens, max_len)
             need = single.get_num_blocks_to_allocate(rid, full, hits)
-            need += window.get_num_blocks_to_allocate(rid, full, window_hits, total)
+            for m, h in zip(local, local_hits, strict=True):
+                need += m.get_num_blocks_to_allocate(rid, full, h, total)
             if need + watermark > pool.free_block_queue.num_free_blocks:
                 return None
-        window.remove_skipped_blocks(rid, max(0, total - request.num_in_flight_tokens))
+        processed = max(0, total - request.num_in_flight_tokens)
+        for m in local:
+            m.remove_skipped_blocks(rid, processed)
         slots = min(total + num_new + lookahead, max_len)
         need = single.get_num_blocks_to_allocate(rid, slots, hits)
-        need += window.get_num_blocks_to_allocate(rid, slots, window_hits, num_local + num_external)
+        num_total = num_local + num_external
+        for m, h in zip(local, local_hits, strict=True):
+            need += m.get_num_blocks_to_allocate(rid, slots, h, num_total)
         if need + watermark > pool.free_block_queue.num_free_blocks - reserved:
             return None
-        fresh = rid not in single.num_cached_block and rid not in window.num_cached_block
-        if fresh and (hits or window_hits or num_external > 0):
-            self._adopt(rid, hits, 0, 0)
-            window_blocks = window.req_to_blocks.setdefault(rid, [])
-            if window_blocks:
-                raise RequestStateError(f"request {rid} already holds blocks")
-            skipped = window.skipped_blocks(num_local + num_external)
-            kept = window_hits[skipped:]
-            if self.enable_caching:
-                pool.touch(kept)
-            window_blocks.extend([window.null_block] * skipped)
-            window_blocks.extend(kept)
-            window.num_cached_block[rid] = len(window_blocks)
-            if num_external > 0:  # after every group's hits were touched
-                num_total = num_local + num_external
+        fresh = rid not in single.num_cached_block and all(
+            rid not in m.num_cached_block for m in local
+        )
+        if fresh and (hits or any(local_hits) or num_external > 0):
+            self._adopt(rid, hits, 0, 0)  # every group's hits touched before any new block
+            for m, h in zip(local, local_hits, strict=True):
+                m.adopt(rid, h, num_total, self.enable_caching)
+            if num_external > 0:
                 table = single.req_to_blocks[rid]
                 table.extend(pool.get_new_blocks(max(0, -(-num_total // bs) - len(table))))
-                skipped_tokens = max(0, num_total - window.sliding_window + 1)
-                # only the external tokens still inside the window get blocks
-                inside = min(num_total - skipped_tokens, num_external)
-                if inside > 0:
-                    window_blocks.extend(
-                        pool.get_new_blocks(max(0, -(-num_total // bs) - len(window_blocks)))
-                    )
+                for m in local:
+                    m.allocate_external(rid, num_total, num_external)
         new: list[list[KVCacheBlock]] = []
-        for m in (single, window):
-            table = m.req_to_blocks.setdefault(rid, [])
+        for group in (single, *local):
+            table = group.req_to_blocks.setdefault(rid, [])
             missing = -(-slots // bs) - len(table)
             got = pool.get_new_blocks(missing) if missing > 0 else []
             table.extend(got)
@@ -431,8 +535,9 @@ class KVCacheManager:
         if self.enable_caching and not delay:
             upto = min(total + num_new, request.num_tokens)
             single.cache_blocks(request, upto)
-            window.cache_blocks(request, upto)
-        return KVCacheBlocks((new[0], new[1])) if new[0] or new[1] else self.empty_kv_cache_blocks
+            for m in local:
+                m.cache_blocks(request, upto)
+        return KVCacheBlocks(tuple(new)) if any(new) else self.empty_kv_cache_blocks
 
     def _adopt(
         self, rid: str, hits: Sequence[KVCacheBlock], num_total: int, num_external: int
@@ -484,24 +589,16 @@ class KVCacheManager:
         blocks = self._single.req_to_blocks.pop(rid, [])
         if blocks:
             self.block_pool.free_blocks(blocks[::-1])
-        if self._window is not None:  # group by group, one call each (as upstream)
-            self.block_pool.free_blocks(self._pop_window(rid)[::-1])
-
-    def _pop_window(self, rid: str) -> list[KVCacheBlock]:
-        window = self._window
-        assert window is not None
-        window.num_cached_block.pop(rid, None)
-        blocks = window.req_to_blocks.pop(rid, [])
-        lead = 0
-        while lead < len(blocks) and blocks[lead].is_null:
-            lead += 1
-        return blocks[lead:]
+        for m in self._locals:  # group by group, one call each (as upstream)
+            self.block_pool.free_blocks(m.pop(rid)[::-1])
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         rid = request.request_id
         self._single.num_cached_block.pop(rid, None)
         blocks = self._single.req_to_blocks.pop(rid, [])
-        return blocks if self._window is None else blocks + self._pop_window(rid)
+        for m in self._locals:
+            blocks = blocks + m.pop(rid)
+        return blocks
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         self.block_pool.evict_blocks(block_ids)
@@ -526,8 +623,7 @@ class KVCacheManager:
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         lists = [self._single.req_to_blocks.get(request_id) or []]
-        if self._window is not None:
-            lists.append(self._window.req_to_blocks.get(request_id) or [])
+        lists += [m.req_to_blocks.get(request_id) or [] for m in self._locals]
         return self.create_kv_cache_blocks(tuple(lists))
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:

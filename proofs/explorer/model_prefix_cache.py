@@ -486,8 +486,8 @@ def _clone_harness(h: Any) -> Any:
     n_m.coordinator = type(m.coordinator)(n_pool, tuple(singles))
     if "_single" in m.__dict__:
         n_m._single = singles[0]
-    if m.__dict__.get("_window") is not None:
-        n_m._window = singles[1]
+    if m.__dict__.get("_locals"):  # the impl's further groups
+        n_m._locals = tuple(singles[1:])
     n_h = new(PrefixCacheHarness)
     n_h.__dict__.update(h.__dict__)
     n_h.m = n_m

@@ -53,7 +53,13 @@ from spec.vllm.block_pool import (
     KVCacheBlock,
     KVCacheEvent,
 )
-from spec.vllm.single_type_managers import FullAttentionManager, SlidingWindowManager, cdiv
+from spec.vllm.single_type_managers import (
+    GROUP_KINDS,
+    FullAttentionManager,
+    LocalManager,
+    cdiv,
+    local_manager,
+)
 
 RELEASES: tuple[str, ...] = ("0.28", "0.29", "0.30", "0.31", "0.32", "0.33", "0.34")
 VARIANTS: tuple[str, ...] = ("unhashed_first", "classic", *(f"r{r}" for r in RELEASES))
@@ -80,6 +86,35 @@ def variant_keywords(variant: str) -> dict[str, Any]:
         "hit_length_cap": minor >= 33,
         "hit_length_clamp": minor >= 34,
     }
+
+
+def further_groups(
+    sliding_window: int, attention_groups: Sequence[tuple[str, int]], use_eagle: bool
+) -> list[tuple[str, int]]:
+    """The KV cache groups after full attention: a ``sliding_window`` (if > 0), then
+    ``attention_groups``. Pre (``InvalidArgument``): sizes are ints >= 1 (``sliding_window``
+    >= 0), kinds are known, no two groups are equal (upstream would merge them into one
+    lookup group, which kvspec does not model), and chunked local attention runs without EAGLE
+    (upstream asserts it at the first lookup)."""
+    if not isinstance(sliding_window, int) or sliding_window < 0:
+        raise InvalidArgument(f"sliding_window must be an int >= 0, got {sliding_window!r}")
+    groups = [("sliding_window", sliding_window)] if sliding_window else []
+    for entry in attention_groups:
+        if not isinstance(entry, tuple | list) or len(entry) != 2:
+            raise InvalidArgument(f"a KV cache group is (kind, tokens), got {entry!r}")
+        kind, size = entry
+        if kind not in GROUP_KINDS:
+            raise InvalidArgument(
+                f"unknown KV cache group kind {kind!r}; choose from {GROUP_KINDS}"
+            )
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise InvalidArgument(f"the {kind} group needs an int size >= 1, got {size!r}")
+        if (kind, size) in groups:
+            raise InvalidArgument(f"two equal KV cache groups {(kind, size)} (not modelled)")
+        if kind == "chunked_local" and use_eagle:
+            raise InvalidArgument("chunked local attention does not support EAGLE")
+        groups.append((kind, size))
+    return groups
 
 
 # ----------------------------------------------------------------------------- requests
@@ -173,8 +208,7 @@ class KVCacheCoordinator:
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         for manager in self.single_type_managers:
-            if isinstance(manager, SlidingWindowManager):
-                manager.remove_skipped_blocks(request_id, num_computed_tokens)
+            manager.remove_skipped_blocks(request_id, num_computed_tokens)
 
 
 # ----------------------------------------------------------------------------- the manager
@@ -198,14 +232,16 @@ class KVCacheManager:
         hit_length_cap: bool = True,
         hit_length_clamp: bool = False,
         sliding_window: int = 0,
+        attention_groups: Sequence[tuple[str, int]] = (),
     ) -> None:
-        """Pre: positive sizes, ``watermark >= 0``, ``sliding_window >= 0``, known variant values
-        (``InvalidArgument``). ``sliding_window > 0`` adds a second KV cache group, a sliding
-        window of that many tokens with the same block size (vLLM 0.34's hybrid coordinator)."""
+        """Pre: positive sizes, ``watermark >= 0``, known variant values, valid groups
+        (:func:`further_groups`; ``InvalidArgument``). ``sliding_window > 0`` adds a KV cache
+        group, a sliding window of that many tokens with the same block size (vLLM 0.34's
+        hybrid coordinator); ``attention_groups`` adds more after it, ``(kind, tokens)`` with
+        the kinds of :data:`~spec.vllm.single_type_managers.GROUP_KINDS`."""
         if block_size < 1 or max_model_len < 1 or watermark < 0:
             raise InvalidArgument("block_size and max_model_len must be >= 1, watermark >= 0")
-        if not isinstance(sliding_window, int) or sliding_window < 0:
-            raise InvalidArgument(f"sliding_window must be an int >= 0, got {sliding_window!r}")
+        further = further_groups(sliding_window, attention_groups, use_eagle)
         if free_order not in FREE_ORDERS or common_prefix_blocks not in (
             "count",
             "deprecated",
@@ -225,10 +261,10 @@ class KVCacheManager:
         groups: list[FullAttentionManager] = [
             FullAttentionManager(self.block_pool, block_size, use_eagle)
         ]
-        if sliding_window:
-            groups.append(
-                SlidingWindowManager(self.block_pool, block_size, use_eagle, 1, sliding_window)
-            )
+        groups += [
+            local_manager(kind, size, self.block_pool, block_size, use_eagle, g)
+            for g, (kind, size) in enumerate(further, start=1)
+        ]
         self.coordinator = KVCacheCoordinator(self.block_pool, tuple(groups))
         self.watermark_blocks = int(watermark * num_blocks)
         self.empty_kv_cache_blocks = KVCacheBlocks(((),) * len(groups))
@@ -268,26 +304,47 @@ class KVCacheManager:
     def _hybrid_hit(
         self, block_hashes: Sequence[BlockHash], limit: int
     ) -> tuple[KVCacheBlocks, int, int]:
-        """Full attention then the sliding window (0.34's hybrid coordinator with two groups
-        stops after one round): the window's hit, at most full attention's, is the hit; full
-        attention's list is cut to it. With EAGLE each group looks one block further, then
-        drops one. The third value, the shared-prefix boundary, is full attention's longer hit
-        when the window's is shorter (else 0)."""
-        full, window = self.coordinator.single_type_managers
-        assert isinstance(window, SlidingWindowManager)
+        """0.34's hybrid coordinator: full attention's hit first (looked up once: any shorter
+        prefix of it is a hit too), then each further group in turn is asked for a hit no longer
+        than the candidate so far and may shorten it; rounds repeat until one leaves the
+        candidate unchanged (with one further group, one round). Full attention's list is cut
+        to the result. With EAGLE a group looks one block further and drops one, once per
+        candidate length (#32802: a group that shortens the candidate clears that). The third
+        value, the shared-prefix boundary, is the longest single-group hit when longer than the
+        result (else 0)."""
+        full, *others = self.coordinator.single_type_managers
         bs, most = self.block_size, len(block_hashes) * self.block_size
         eagle = full.use_eagle
         full_hits = full.find_longest_cache_hit(
             block_hashes, min(limit + bs, most) if eagle else limit
         )
-        longest = len(full_hits) * bs
-        window_hits = window.find_window_hit(
-            block_hashes, min(longest + bs, most) if eagle else longest, eagle
-        )
-        length = len(window_hits) * bs
+        length = longest = len(full_hits) * bs
+        lists: list[list[KVCacheBlock]] = [full_hits] + [[] for _ in others]
+        verified: set[int] = set()  # groups whose EAGLE drop holds at the candidate
+        candidate = limit
+        while True:
+            for g, manager in enumerate(others, start=1):
+                drop = manager.use_eagle and g not in verified
+                ask = min(length + bs, most) if drop else length
+                lists[g] = self._local(manager).local_hit(block_hashes, ask, drop)
+                found = len(lists[g]) * bs
+                if drop:
+                    verified.add(g)
+                elif found < length:
+                    verified.clear()
+                length = found
+                longest = max(longest, length)
+            if length >= candidate or len(others) == 1:
+                break
+            candidate = length
         del full_hits[cdiv(length, bs) :]
         boundary = longest if longest > length else 0
-        return self.create_kv_cache_blocks((full_hits, window_hits)), length, boundary
+        return self.create_kv_cache_blocks(tuple(lists)), length, boundary
+
+    @staticmethod
+    def _local(manager: FullAttentionManager) -> LocalManager:
+        assert hasattr(manager, "local_hit"), "groups after the first are local-attention groups"
+        return manager  # type: ignore[return-value]
 
     def allocate_slots(
         self,

@@ -1,7 +1,12 @@
 """The single-type managers of vLLM's KV cache groups — the executable spec: full attention
-(every block kept) and a sliding window (blocks wholly before the window become the null block
-and are freed). Upstream's ``single_type_kv_cache_manager.py``; the coordinator and the manager
-that drive them are in :mod:`spec.vllm.kv_cache_manager` (docs/vllm-hybrid-groups.md §2)."""
+(every block kept), a sliding window and chunked local attention (blocks wholly before the
+attention span of the next token become the null block and are freed). Upstream's
+``single_type_kv_cache_manager.py``; the coordinator and the manager that drive them are in
+:mod:`spec.vllm.kv_cache_manager` (docs/vllm-hybrid-groups.md §2).
+
+Every rule is written once, in :class:`FullAttentionManager`, over ``get_num_skipped_tokens``
+(0 for full attention, so there the window rules are no-ops); the other managers only say how
+many tokens they skip and how they find a hit."""
 
 from __future__ import annotations
 
@@ -97,8 +102,16 @@ class FullAttentionManager:
         self.num_cached_block[request_id] = len(req_blocks)
 
     def allocate_external_computed_blocks(
-        self, request_id: str, num_total_tokens: int, num_external_tokens: int = 0
+        self, request_id: str, num_total_tokens: int, num_external_tokens: int
     ) -> None:
+        """Pre: every group's hits were touched (#33775). Post: the request holds
+        ``cdiv(num_total_tokens, block_size)`` blocks — taken only if some external token is
+        still inside the attention span of the next token."""
+        skipped = self.get_num_skipped_tokens(num_total_tokens)
+        if skipped > 0:
+            num_external_tokens = min(num_total_tokens - skipped, num_external_tokens)
+        if num_external_tokens <= 0:
+            return
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         needed = max(0, cdiv(num_total_tokens, self.block_size) - len(req_blocks))
         req_blocks.extend(self.block_pool.get_new_blocks(needed))
@@ -133,9 +146,32 @@ class FullAttentionManager:
         return None
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
-        """The request's blocks in allocation order, forgotten (``[]`` for an unknown id)."""
+        """The request's blocks in allocation order after its leading null blocks, forgotten
+        (``[]`` for an unknown id)."""
         self.num_cached_block.pop(request_id, None)
-        return self.req_to_blocks.pop(request_id, [])
+        blocks = self.req_to_blocks.pop(request_id, [])
+        skip = 0
+        while skip < len(blocks) and blocks[skip].is_null:
+            skip += 1
+        return blocks[skip:]
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Post: the request's blocks wholly before the attention span of its next token
+        (``get_num_skipped_tokens``) are null blocks; the ones nulled now are freed in one call,
+        last first (quirk *skip-creates-entry*: with tokens to skip, an id without blocks gets
+        an empty list, as upstream's ``defaultdict``)."""
+        skipped = self.get_num_skipped_tokens(num_computed_tokens)
+        if skipped <= 0:
+            return
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        freed: list[KVCacheBlock] = []
+        for i in range(min(skipped // self.block_size, len(blocks)) - 1, -1, -1):
+            if blocks[i].is_null:
+                break  # the earlier ones were nulled by an earlier step
+            freed.append(blocks[i])
+            blocks[i] = self.block_pool.null_block
+        if freed:
+            self.block_pool.free_blocks(freed)
 
     def get_num_common_prefix_blocks(self, request_id: str) -> int:
         """Leading blocks of the request referenced by every request holding blocks (quirk
@@ -196,44 +232,60 @@ class SlidingWindowManager(FullAttentionManager):
             found.pop()
         return found
 
-    def allocate_external_computed_blocks(
-        self, request_id: str, num_total_tokens: int, num_external_tokens: int = 0
-    ) -> None:
-        """Blocks for the external tokens still inside the window."""
-        skipped = self.get_num_skipped_tokens(num_total_tokens)
-        if skipped > 0:
-            num_external_tokens = min(num_total_tokens - skipped, num_external_tokens)
-        if num_external_tokens <= 0:
-            return
-        super().allocate_external_computed_blocks(request_id, num_total_tokens)
-
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Post: the request's blocks wholly before the window of its next token are null
-        blocks; the ones nulled now are freed in one call, last first (quirk
-        *skip-creates-entry*: with tokens to skip, an id without blocks gets an empty list, as
-        upstream's ``defaultdict``)."""
-        skipped = self.get_num_skipped_tokens(num_computed_tokens)
-        if skipped <= 0:
-            return
-        blocks = self.req_to_blocks.setdefault(request_id, [])
-        freed: list[KVCacheBlock] = []
-        for i in range(min(skipped // self.block_size, len(blocks)) - 1, -1, -1):
-            if blocks[i].is_null:
-                break  # the earlier ones were nulled by an earlier step
-            freed.append(blocks[i])
-            blocks[i] = self.block_pool.null_block
-        if freed:
-            self.block_pool.free_blocks(freed)
+    def local_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, drop_eagle: bool
+    ) -> list[KVCacheBlock]:
+        """The coordinator's lookup of this group (:meth:`find_window_hit`)."""
+        return self.find_window_hit(block_hashes, max_length, drop_eagle)
 
     def cache_mask(self, count: int) -> list[bool] | None:
         """With a window of one token no hit can use a block (it needs none before its end):
         every block is masked out (the event, empty, still comes)."""
         return None if self.contiguous_blocks_for_hit(self.use_eagle) >= 1 else [False] * count
 
-    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
-        """The request's blocks after its leading null blocks, forgotten."""
-        blocks = super().pop_blocks_for_free(request_id)
-        skip = 0
-        while skip < len(blocks) and blocks[skip].is_null:
-            skip += 1
-        return blocks[skip:]
+
+class ChunkedLocalAttentionManager(FullAttentionManager):
+    """A chunked-local group (chunks of ``C`` tokens; docs/vllm-hybrid-groups.md §2): a token
+    attends only to the tokens of its own chunk, so every block wholly before the current chunk
+    is replaced by the null block and freed, and a hit is null blocks up to the chunk start of
+    its end, then the cached blocks from there (left to right, up to the first miss)."""
+
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int, chunk: int
+    ) -> None:
+        super().__init__(block_pool, block_size, use_eagle, group_id)
+        self.attention_chunk_size = chunk
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
+
+    def local_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, drop_eagle: bool
+    ) -> list[KVCacheBlock]:
+        """Pre: no EAGLE drop (upstream asserts it; kvspec refuses the configuration). Post:
+        null blocks for the blocks wholly before the chunk that holds token ``max_length``,
+        then the cached blocks from there up to ``max_length // block_size``, stopping at the
+        first miss."""
+        assert not drop_eagle, "chunked local attention has no EAGLE drop"
+        start = self.get_num_skipped_tokens(max_length) // self.block_size
+        found = [self.block_pool.null_block] * start
+        for i in range(start, max_length // self.block_size):
+            cached = self.block_pool.get_cached_block(block_hashes[i], [self.kv_cache_group_id])
+            if cached is None:
+                break
+            found.append(cached[0])
+        return found
+
+
+LocalManager = SlidingWindowManager | ChunkedLocalAttentionManager
+GROUP_KINDS: tuple[str, ...] = ("sliding_window", "chunked_local")
+"""The further KV cache groups kvspec models, each with its size (window or chunk, tokens)."""
+
+
+def local_manager(
+    kind: str, size: int, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int
+) -> LocalManager:
+    """The manager of a further group ``(kind, size)`` (kinds: :data:`GROUP_KINDS`)."""
+    if kind == "sliding_window":
+        return SlidingWindowManager(block_pool, block_size, use_eagle, group_id, size)
+    return ChunkedLocalAttentionManager(block_pool, block_size, use_eagle, group_id, size)
