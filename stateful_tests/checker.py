@@ -482,8 +482,10 @@ def run_example(
         variant = example.variants[0]
     chooser = RandomChooser(random.Random(example.seed))
     config = checker.machine_config(chooser, variant, opts)
-    if example.config:
-        config = checker.config_type(**{**config.to_json(), **example.config})
+    if example.config:  # the fields the run's options fix stay fixed
+        drawn = config.to_json()
+        kept = {k: v for k, v in drawn.items() if k in opts}
+        config = checker.config_type(**{**drawn, **example.config, **kept})
     table = checker.table(inputs)
     by_name = {op.name: op for op in checker.operations}
     coverage: Counter[str] = Counter()

@@ -14,7 +14,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from impl.vllm.block_pool import BlockHashToBlockMap, BlockPool, KVCacheBlock
-from impl.vllm.kv_cache_manager import FullAttentionManager, KVCacheManager, SlidingWindowManager
+from impl.vllm.kv_cache_manager import (
+    ChunkedLocalAttentionManager,
+    FullAttentionManager,
+    KVCacheManager,
+    SlidingWindowManager,
+)
 from spec.errors import DoubleFreeError
 from spec.vllm.block_pool import BlockHashWithGroupId, BlockStored, RequestHashes
 from spec.vllm.kv_cache_manager import KVCacheBlocks, Request
@@ -405,6 +410,66 @@ class WindowFreedOldestFirst(KVCacheManager):
     window_cls = _WindowFreedFirstFirst
 
 
+# ----------------------------------------------------------------------------- chunked local
+class _ChunkHitFromBlockZero(ChunkedLocalAttentionManager):
+    def local_hit(
+        self, block_hashes: Sequence[Any], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        # the lookup walks from block 0 instead of the chunk's start, so the blocks of earlier
+        # chunks (freed, then evicted) cut the hit short
+        entries = self.block_pool.cached_block_hash_to_block._cache
+        hits: list[KVCacheBlock] = []
+        for i in range(max_length // self.block_size):
+            entry = entries.get(block_hashes[i] + self.suffix)
+            if entry is None:
+                break
+            hits.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))  # type: ignore[union-attr]
+        start = self.skipped_tokens(len(hits) * self.block_size) // self.block_size
+        return [self.null_block] * start + hits[start:]
+
+
+class ChunkHitFromBlockZero(KVCacheManager):
+    """Planted: the chunked-local hit is looked up from block 0 rather than from the chunk that
+    holds its end, so a prefix whose earlier chunks were evicted is no longer a hit."""
+
+    chunk_cls = _ChunkHitFromBlockZero
+
+
+class _ChunkSkipRoundsUp(ChunkedLocalAttentionManager):
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        chunk = self.attention_chunk_size
+        return -(-num_computed_tokens // chunk) * chunk
+
+
+class ChunkCurrentChunkFreed(KVCacheManager):
+    """Planted: the tokens a chunked-local group skips are rounded up to the next chunk
+    boundary, so the blocks of the chunk the next token still attends to are freed."""
+
+    chunk_cls = _ChunkSkipRoundsUp
+
+
+# ----------------------------------------------------------------------------- several groups
+class FixedPointOneRound(KVCacheManager):
+    """Planted: the hybrid hit stops after one round with any number of groups (upstream
+    stops early only with full attention and one other group), so with three or more a group
+    that accepted a longer candidate keeps a list longer than the hit."""
+
+    def _hybrid_hit(
+        self, block_hashes: Sequence[Any], limit: int
+    ) -> tuple[KVCacheBlocks, int, int]:
+        groups = self._locals
+        self._locals = groups[:1]  # the one-round exit
+        try:
+            head, length, boundary = super()._hybrid_hit(block_hashes, limit)
+        finally:
+            self._locals = groups
+        lists = list(head.blocks) if head.blocks else [[]]
+        lists += [m.local_hit(block_hashes, length, False) for m in groups[1:]]
+        found = min([length] + [len(x) * self.block_size for x in lists[2:]])
+        blocks = KVCacheBlocks(tuple(lists)) if any(lists) else self.empty_kv_cache_blocks
+        return blocks, found, boundary
+
+
 PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("touch_before_capacity_check", "vLLM PR #11565 (G1)", TouchBeforeCapacityCheck,
            "atomic_failure"),
@@ -444,4 +509,14 @@ PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
            WindowNullsCountedEvictable, "return_value", variant="r0.34"),
     Mutant("window_freed_oldest_first", "planted (issue 26): window free order",
            WindowFreedOldestFirst, "identical_eviction_order", variant="r0.34"),
+    Mutant("chunk_hit_from_block_zero", "planted (issue 26): chunked-local lookup start",
+           ChunkHitFromBlockZero, "return_value", variant="r0.34",
+           options={"use_eagle": False, "attention_groups": (("chunked_local", 2),)}),
+    Mutant("chunk_current_chunk_freed", "planted (issue 26): chunked-local skip rounded up",
+           ChunkCurrentChunkFreed, "snapshot", variant="r0.34",
+           options={"use_eagle": False, "attention_groups": (("chunked_local", 3),)}),
+    Mutant("fixed_point_one_round", "planted (issue 26): one round with three groups",
+           FixedPointOneRound, "return_value", variant="r0.34",
+           options={"use_eagle": False, "sliding_window": 2,
+                    "attention_groups": (("sliding_window", 3), ("chunked_local", 2))}),
 )  # fmt: skip

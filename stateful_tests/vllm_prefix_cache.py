@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import cache
 from typing import Any, NamedTuple
 
 from spec import invariants as inv
+from spec.errors import InvalidArgument
 from spec.vllm.kv_cache_manager import VARIANTS, KVCacheManager, PrefixCacheSnapshot, RequestStatus
 from stateful_tests.checker import SPEC, CheckerDef, Example, Operation, Options, Reference
 from stateful_tests.lockstep import Chooser, Divergence, Lockstep, Step, Verdicts
@@ -83,10 +84,13 @@ def draw_config(c: Chooser, variant: str | None) -> Config:
     )
     if config.variant != "r0.34":  # drawn last: the other variants' draws stay as they were
         return config
-    # 0.34's hybrid coordinator: four runs in seven add a sliding-window group (windows of one
-    # token, which caches nothing, up to one block and a token)
-    window = c.pick((0, 0, 0, 1, 2, 3, 4))
-    config = replace(config, sliding_window=window if window < 4 else block_size + 1)
+    # 0.34's hybrid coordinator: five runs in eight add a sliding-window group (windows of one
+    # token, which caches nothing, up to two blocks and a token: a hit that keeps a block
+    # after external tokens moved the window)
+    window = c.pick((0, 0, 0, 1, 2, 3, 4, 5))
+    if window >= 4:
+        window = (window - 3) * block_size + 1
+    config = replace(config, sliding_window=window)
     # then, in three runs of seven, one more group: chunked local attention (not with EAGLE)
     # or, after a window, a wider second window (three groups: the fixed-point hit)
     more = c.pick((0, 0, 0, 0, 1, 1, 2))
@@ -547,7 +551,22 @@ OPERATIONS: tuple[Operation, ...] = (
 
 
 def machine_config(c: Chooser, variant: str | None, options: Options) -> Config:
-    return draw_config(c, variant)
+    """A drawn configuration; ``options`` fix some of its fields (the corpus entries that need
+    EAGLE or given KV cache groups). Fixing either group field fixes both (the other at its
+    default), and EAGLE leaves out a drawn chunked-local group (the two do not combine)."""
+    config = draw_config(c, variant)
+    unknown = set(options) - set(config.to_json())
+    if unknown:
+        raise InvalidArgument(f"unknown prefix-cache options {sorted(unknown)}")
+    fixed = dict(options)
+    if "sliding_window" in fixed or "attention_groups" in fixed:
+        fixed.setdefault("sliding_window", 0)
+        fixed.setdefault("attention_groups", ())
+    elif fixed.get("use_eagle"):
+        fixed["attention_groups"] = tuple(
+            g for g in config.attention_groups if g[0] != "chunked_local"
+        )
+    return replace(config, **fixed) if fixed else config
 
 
 CHECKER = CheckerDef(
@@ -556,6 +575,8 @@ CHECKER = CheckerDef(
     config_type=Config,
     machine_config=machine_config,
     fuzz_config=machine_config,
+    # configuration fields a run may fix (the corpus entries that need EAGLE or further groups)
+    options=tuple(f.name for f in fields(Config) if f.name != "variant"),
     operations=OPERATIONS,
     facts=Facts.of,
     spec_cls=KVCacheManager,
