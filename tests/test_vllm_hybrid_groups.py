@@ -1,0 +1,131 @@
+"""vLLM 0.34's hybrid KV cache groups (issue 26): full attention with sliding-window and
+chunked-local groups, in spec and impl, and — where the release wheel is at hand
+($KVSPEC_VLLM_WHEEL; .ci/run downloads it) — in the real release, on the same trace and fuzzed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
+from kvspec import components, corpus, trees
+from kvspec.targets import load_target
+from spec.errors import InvalidArgument
+from spec.vllm.kv_cache_manager import KVCacheManager as SpecManager
+from spec.vllm.kv_cache_manager import Request, read_prefix_cache, variant_keywords
+
+Manager = Callable[..., Any]
+MANAGERS = [SpecManager, ImplManager]
+THREE = (("sliding_window", 5), ("chunked_local", 4))  # after a 3-token window
+
+
+def three_groups(cls: Manager, make: Callable[..., Any] = Request) -> tuple[Any, Any, Any]:
+    """Full attention, windows of 3 and 5 tokens, chunks of 4: a 9-token prompt, two decodes,
+    freed; then the hit of a 12-token request sharing 11 tokens. Returns (tables of the first
+    request, the hit's block ids, (hit tokens, shared-prefix boundary))."""
+    m = cls(24, 2, 14, **variant_keywords("r0.34"), sliding_window=3, attention_groups=THREE)
+    a = make("a", [1, 2, 3, 4, 5, 6, 7, 8, 9], 2)
+    assert m.allocate_slots(a, 9) is not None
+    a.num_computed_tokens = 9
+    for _ in range(2):
+        a.append_output_token_ids(1)
+        assert m.allocate_slots(a, 1) is not None
+        a.num_computed_tokens += 1
+    tables = m.get_block_ids("a")
+    m.free(a)
+    hits, tokens, boundary = m.get_computed_blocks(
+        make("b", [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 1, 1], 2)
+    )
+    return tables, hits.get_block_ids(), (tokens, boundary)
+
+
+# what vLLM 0.34.0 itself gives on this trace (test_the_release_gives_the_same_trace below)
+TABLES = ([1, 2, 3, 4, 5, 21], [0, 0, 0, 0, 10, 22], [0, 0, 0, 14, 15, 23], [0, 0, 0, 0, 20, 8])
+HIT = ([1, 2, 3, 4, 5], [0, 0, 0, 0, 10], [0, 0, 0, 14, 15], [0, 0, 0, 0, 20])
+
+
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
+def test_three_further_groups_trace(cls: Manager) -> None:
+    """Blocks wholly before each group's span become null (window of 3: four blocks, of 5:
+    three, chunk of 4: four) and the freed ones are found again as a null-padded hit."""
+    tables, hit, counts = three_groups(cls)
+    assert tables == TABLES and hit == HIT and counts == (10, 0)
+
+
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
+def test_chunked_local_frees_whole_chunks_only(cls: Manager) -> None:
+    m = cls(12, 2, 16, **variant_keywords("r0.34"), attention_groups=(("chunked_local", 4),))
+    a = Request("a", [1, 2, 3, 4, 5], 2)
+    assert m.allocate_slots(a, 5) is not None
+    a.num_computed_tokens = 5
+    a.append_output_token_ids(7)
+    assert m.allocate_slots(a, 1) is not None  # 5 processed: the first chunk (blocks 0-1) goes
+    assert m.get_block_ids("a")[1][:2] == [0, 0]
+    assert read_prefix_cache(m).groups[0][0] == (("a", (0, 0, 6)),)
+
+
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"attention_groups": (("ring", 2),)}, "unknown KV cache group kind 'ring'"),
+        ({"attention_groups": (("chunked_local", 0),)}, "needs an int size >= 1"),
+        ({"attention_groups": (("sliding_window",),)}, r"is \(kind, tokens\)"),
+        ({"sliding_window": 3, "attention_groups": (("sliding_window", 3),)}, "two equal"),
+        (
+            {"use_eagle": True, "attention_groups": (("chunked_local", 4),)},
+            "does not support EAGLE",
+        ),
+        ({"sliding_window": -1}, "sliding_window must be an int >= 0"),
+    ],
+)
+def test_bad_groups_are_rejected(cls: Manager, keywords: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        cls(8, 2, 16, **keywords)
+
+
+def test_impl_and_spec_agree_with_further_groups_fixed() -> None:
+    comp = components.get("vllm-prefix-cache")
+    for groups in ((("chunked_local", 3),), (("sliding_window", 4), ("chunked_local", 2))):
+        r = comp.fuzz(
+            ImplManager, "impl", 3000, 5, variant="r0.34", use_eagle=False,
+            sliding_window=2, attention_groups=groups,
+        )  # fmt: skip
+        assert r.passed, r.failure
+        assert r.coverage["rule:schedule_running"] > 0
+
+
+# ----------------------------------------------------------------------------- the release
+def _wheel() -> Path | None:
+    given = os.environ.get(corpus.WHEEL_ENV["vllm"], "")
+    return Path(given) if given and Path(given).is_file() else None
+
+
+needs_release = pytest.mark.skipif(
+    _wheel() is None, reason=f"set {corpus.WHEEL_ENV['vllm']} to a vllm-0.34.0 wheel"
+)
+
+
+@needs_release
+def test_the_release_gives_the_same_trace() -> None:
+    tree = trees.tree_for("vllm", str(_wheel()))
+    _, cls = load_target("vllm-prefix-cache", f"vllm@{tree}")
+    tables, hit, counts = three_groups(cls, cls.kvspec_request)  # type: ignore[attr-defined]
+    assert tables == TABLES and hit == HIT and counts == (10, 0)
+
+
+@needs_release
+def test_the_release_conforms_with_chunked_and_three_groups() -> None:
+    tree = trees.tree_for("vllm", str(_wheel()))
+    _, cls = load_target("vllm-prefix-cache", f"vllm@{tree}")
+    comp = components.get("vllm-prefix-cache")
+    for groups in ((("chunked_local", 3),), (("sliding_window", 4), ("chunked_local", 2))):
+        r = comp.fuzz(
+            cls, "vllm", 3000, 5, variant="r0.34", inputs="well-formed", use_eagle=False,
+            sliding_window=2, attention_groups=groups,
+        )  # fmt: skip
+        assert r.passed, r.failure
