@@ -44,7 +44,8 @@ class PrefixCacheBounds:
     admissions also take that many connector-loaded (external) tokens after the prefix hits
     (0: none; the harness clamps them to the prompt's uncomputed tokens less one); ``window``:
     a second KV cache group, a sliding window of that many tokens (0.34's hybrid coordinator;
-    0: one full-attention group)."""
+    0: one full-attention group); ``chunk``: a further group after that, chunked local attention
+    in chunks of that many tokens (0: none; not with EAGLE)."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -62,6 +63,7 @@ class PrefixCacheBounds:
     events: bool = False
     external: int = 0
     window: int = 0
+    chunk: int = 0
 
     # The default scope is a small product: caching off and lookahead slots at the length cap (one
     # variant each: the option, not the variant, is what they add), then the base for every
@@ -115,6 +117,32 @@ class PrefixCacheBounds:
                     "variant": "r0.34",
                 },
             ),
+            # a chunked-local group after full attention, in chunks of two tokens (808 states)
+            # and of one (3,274: the one-token chunks free every block behind the next token)
+            (
+                "chunk",
+                {
+                    "chunk": 2,
+                    "blocks": 4,
+                    "max_model_len": 3,
+                    "prompt_tokens": 2,
+                    "vocab": 1,
+                    "requests": 1,
+                    "variant": "r0.34",
+                },
+            ),
+            (
+                "chunk-one-token",
+                {
+                    "chunk": 1,
+                    "blocks": 4,
+                    "max_model_len": 3,
+                    "prompt_tokens": 2,
+                    "vocab": 1,
+                    "requests": 1,
+                    "variant": "r0.34",
+                },
+            ),
             ("base", {}),
         ),
     }
@@ -127,6 +155,7 @@ class PrefixCacheBounds:
         "events",
         "external",
         "window",
+        "chunk",
         "block_size",
     )
 
@@ -138,6 +167,7 @@ class PrefixCacheBounds:
         "events": "enable_kv_cache_events and take_events (at most two event rows pending)",
         "external": "connector-loaded (external) tokens an admission may also take",
         "window": "a sliding-window KV cache group of that many tokens (0.34's hybrid manager)",
+        "chunk": "a chunked-local KV cache group, chunks of that many tokens (not with EAGLE)",
         "blocks": "blocks in the pool, the null block included",
         "block_size": "tokens per block",
         "max_model_len": "tokens per request at most",
@@ -162,8 +192,13 @@ class PrefixCacheBounds:
                 ("lookahead", 0, 4),
                 ("external", 0, 4),
                 ("window", 0, 8),
+                ("chunk", 0, 8),
             ),
         )
+        if self.chunk and self.eagle:
+            raise ValueError(
+                "chunked local attention does not support EAGLE (--chunk with --eagle)"
+            )
         if self.prompt_tokens >= self.max_model_len:
             raise ValueError("prompt-tokens must be below max-model-len")
 
@@ -233,6 +268,7 @@ class PrefixCacheModel(Model):
             # int(watermark * num_blocks) blocks are kept: 1.5 / blocks gives exactly one
             watermark=1.5 / b.blocks if b.watermark else 0.0,
             sliding_window=b.window,
+            attention_groups=(("chunked_local", b.chunk),) if b.chunk else (),
         )
         # 0.34 removed the method: a real release has no attribute to call
         self.common_prefix = self.config.features()["common_prefix_blocks"] != "removed"
