@@ -1,4 +1,5 @@
-"""vLLM's ``KVCacheManager`` for one full-attention group — the fast implementation (same API and
+"""vLLM's ``KVCacheManager`` (one full-attention group, and 0.34's further window and chunk
+groups) — the fast implementation (same API and
 observables as :mod:`spec.vllm.kv_cache_manager`, on the linked-list pool of
 :mod:`impl.vllm.block_pool`).
 

@@ -1,11 +1,13 @@
-"""vLLM v1's ``KVCacheManager`` for one full-attention group — the executable spec.
+"""vLLM v1's ``KVCacheManager`` for one full-attention group, and on 0.34 with further
+sliding-window and chunked-local groups through the hybrid coordinator — the executable spec.
 
 Source of truth: docs/vllm.md §5.3 and docs/vllm-kv-cache-manager.md §2–§6 (releases 0.28.0 to
-0.33.0). The manager owns a :class:`~spec.vllm.block_pool.BlockPool` and one full-attention
-single-type manager (``coordinator.single_type_managers[0]``: ``req_to_blocks``,
-``num_cached_block``), under upstream's attribute names so that the same snapshot reader reads an
-upstream manager. The scheduler is *not* here: callers set ``request.num_computed_tokens`` and
-``request.status`` themselves and append output tokens (docs/vllm-kv-cache-manager.md §5).
+0.33.0); docs/vllm-hybrid-groups.md (0.34's groups). The manager owns a
+:class:`~spec.vllm.block_pool.BlockPool` and one single-type manager per group
+(``coordinator.single_type_managers``: ``req_to_blocks``, ``num_cached_block``), under upstream's
+attribute names so that the same snapshot reader reads an upstream manager. The scheduler is *not*
+here: callers set ``request.num_computed_tokens`` and ``request.status`` themselves and append
+output tokens (docs/vllm-kv-cache-manager.md §5).
 
 Variants (constructor keywords, defaults = 0.33.0; docs/vllm-kv-cache-manager.md §3):
 
