@@ -8,7 +8,10 @@ pools of 1,024 to 32,768 blocks of 16 tokens:
 * ``free_request`` — freeing a request of 64 blocks (``free``: unhashed tail to the head, cached
   blocks to the tail);
 * ``allocate_evicting`` — a new request taking 64 blocks from the head of the queue, evicting their
-  cache entries (``allocate_slots``).
+  cache entries (``allocate_slots``);
+* ``admit_hits_hybrid`` — ``admit_hits`` with vLLM 0.34's hybrid coordinator: full attention, a
+  sliding window of 64 tokens and chunked local attention in chunks of 256 (the warm request
+  holds a third of the pool in each group; the hit is null-padded in the two further groups).
 
 Both sides run the same fixture, interleaved round by round (``kvspec.bench`` times it with its
 ``_interleaved`` and makes the rows); the result is ``baseline / impl`` per case. Before timing,
@@ -29,6 +32,12 @@ CASES = (1024, 8192, 32768)
 QUICK_CASES = (1024, 8192)
 HITS = 32
 BLOCKS = 64
+HYBRID: dict[str, Any] = {
+    "hit_length_clamp": True,
+    "common_prefix_blocks": "removed",
+    "sliding_window": 4 * BLOCK,
+    "attention_groups": (("chunked_local", 16 * BLOCK),),
+}
 
 
 class _Fixture:
@@ -36,9 +45,11 @@ class _Fixture:
     computed and freed), and the call under test."""
 
     def __init__(self, cls: Callable[..., Any], n: int, scenario: str) -> None:
-        self.m = cls(n, BLOCK, n * BLOCK)
-        self.scenario = scenario
-        self.warm = Request("warm", list(range((n - 1) * BLOCK)), BLOCK)
+        hybrid = scenario == "admit_hits_hybrid"
+        self.m = cls(n, BLOCK, n * BLOCK, **(HYBRID if hybrid else {}))
+        self.scenario = "admit_hits" if hybrid else scenario
+        warm_blocks = (n - 1) // 3 if hybrid else n - 1
+        self.warm = Request("warm", list(range(warm_blocks * BLOCK)), BLOCK)
         self._admit(self.warm)
         self.m.free(self.warm)
         base = self.warm.prompt_token_ids
@@ -88,7 +99,7 @@ def bench_prefix_cache(
 ) -> Iterator[tuple[dict[str, Any], float, float]]:
     """Rows ``(case, baseline_us, impl_us)``, timed by ``interleaved`` (``kvspec.bench``'s
     ``_interleaved``: the sides alternate within every round, the median of each is kept)."""
-    for scenario in ("admit_hits", "free_request", "allocate_evicting"):
+    for scenario in ("admit_hits", "free_request", "allocate_evicting", "admit_hits_hybrid"):
         for n in QUICK_CASES if quick else CASES:
             _check_same(min(n, 1024), scenario)
             sides = {
