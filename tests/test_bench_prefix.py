@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
 from kvspec import bench_prefix
 
 
@@ -18,7 +19,7 @@ def test_each_scenario_leaves_spec_and_impl_equal(scenario: str) -> None:
 
 
 def test_the_hybrid_hit_is_null_padded_in_the_further_groups() -> None:
-    fixture = bench_prefix._Fixture(bench_prefix.ImplManager, 256, "admit_hits_hybrid")
+    fixture = bench_prefix._Fixture(ImplManager, 256, "admit_hits_hybrid")
     fixture.run()
     full, window, chunk = fixture.m.get_block_ids("hits")
     assert len(full) == len(window) == len(chunk) == bench_prefix.HITS + 1
