@@ -430,29 +430,24 @@ def check(
 
 
 def count_config(coverage: Counter[str], config: Any) -> None:
-    """Count one drawn configuration in ``coverage``: ``config:FIELD=VALUE`` (JSON) per scalar
-    or list field, so a report can say which option values its programs ran under."""
+    """Count one drawn configuration in ``coverage`` (``config:FIELD=VALUE``, JSON, per scalar or
+    list field), so a report can say which option values its programs ran under."""
     for name, value in config.to_json().items():
         if value is None or isinstance(value, (bool, int, float, str, list, tuple)):
             coverage[f"config:{name}={json.dumps(value)}"] += 1
 
 
-def _frozen(value: Any) -> Any:
-    """A JSON value hashable (lists as tuples)."""
-    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
-
-
 def scope_report(checker: CheckerDef, coverage: Mapping[str, int], inputs: str) -> dict[str, Any]:
     """What a check or fuzz run covered: each configuration field's values drawn (from the
     ``config:`` counts of :func:`count_config`) and the operations table's rows never run."""
-    drawn: dict[str, set[Any]] = {}
+    drawn: dict[str, set[str]] = {}
     for key in coverage:
         if key.startswith("config:"):
             name, _, value = key[len("config:") :].partition("=")
-            drawn.setdefault(name, set()).add(_frozen(json.loads(value)))
+            drawn.setdefault(name, set()).add(value)  # JSON text: a list is not hashable
     return {
         "dimensions": {
-            name: sorted(values, key=lambda v: (type(v).__name__, v))
+            name: sorted(map(json.loads, values), key=lambda v: (type(v).__name__, v))
             for name, values in sorted(drawn.items())
         },
         "unreached_operations": [
@@ -484,7 +479,7 @@ def run_example(
     config = checker.machine_config(chooser, variant, opts)
     if example.config:  # the fields the run's options fix stay fixed
         drawn = config.to_json()
-        kept = {k: v for k, v in drawn.items() if k in opts}
+        kept = {k: drawn[k] for k in opts if k in drawn}
         config = checker.config_type(**{**drawn, **example.config, **kept})
     table = checker.table(inputs)
     by_name = {op.name: op for op in checker.operations}
