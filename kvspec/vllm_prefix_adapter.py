@@ -152,13 +152,19 @@ def adapter_class(
             for g, (kind, size) in enumerate(
                 further_groups(sliding_window, attention_groups, use_eagle), start=1
             ):
-                spec = (
-                    interface.SlidingWindowSpec(**shape, dtype=torch.float32, sliding_window=size)
-                    if kind == "sliding_window"
-                    else interface.ChunkedLocalAttentionSpec(
+                if kind == "mamba":  # one 1-float state per block ("align": prefix caching)
+                    spec = interface.MambaSpec(
+                        block_size=block_size, shapes=((1,),), dtypes=(torch.float32,),
+                        mamba_cache_mode="align",
+                    )  # fmt: skip
+                elif kind == "sliding_window":
+                    spec = interface.SlidingWindowSpec(
+                        **shape, dtype=torch.float32, sliding_window=size
+                    )
+                else:
+                    spec = interface.ChunkedLocalAttentionSpec(
                         **shape, dtype=torch.float32, attention_chunk_size=size
                     )
-                )
                 groups.append(interface.KVCacheGroupSpec([f"kvspec.group{g}"], spec))
             config = interface.KVCacheConfig(
                 num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups

@@ -354,15 +354,21 @@ def gpu_prefix_index_consistent(s: PrefixCacheSnapshot) -> Violation:
 
 def null_block_reserved(s: PrefixCacheSnapshot) -> Violation:
     """``null_block_reserved`` (§5.4 4): block 0 is the only null block; it is never free, never
-    cached and in no full-attention block list; in a sliding-window group's list the null blocks
-    (the positions before the window) come first."""
+    cached and in no full-attention block list; in a sliding-window or chunked-local group's list
+    the null blocks (the positions before the span) come first (a Mamba group's may be anywhere
+    but the end)."""
     if s.null_blocks != (0,):
         return f"null blocks {list(s.null_blocks)} (want block 0 alone)"
     held = [rid for rid, ids in s.req_to_blocks if 0 in ids]
     if 0 in s.free_queue or s.block_hashes[0] is not None or held:
         return f"the null block is free, cached or held (by {held})"
+    kinds = dict(enumerate(s.group_kinds, start=1))
     for g, tables, _ in group_tables(s)[1:]:
         for rid, ids in tables:
+            if kinds.get(g) == "mamba":
+                if ids and ids[-1] == 0:
+                    return f"group {g}: request {rid}'s Mamba state block is null {list(ids)}"
+                continue
             lead = len(ids) - len(list(dropwhile(lambda b: b == 0, ids)))
             if 0 in ids[lead:]:
                 return f"group {g}: request {rid}'s null blocks do not lead its list {list(ids)}"
@@ -493,7 +499,8 @@ def gpu_no_live_eviction(
     before the call (or left a window group's list in it) and is held exactly once after it (no
     live block is handed out again)."""
     free = set(before.free_queue) | _nulled(before, after)
-    bad = [b for b in new_blocks if b not in free or after.ref_cnts[b] != 1]
+    nulls = set(after.null_blocks)  # a Mamba group's new entries pad with the null block
+    bad = [b for b in new_blocks if b not in nulls and (b not in free or after.ref_cnts[b] != 1)]
     if bad:
         return f"new blocks {bad} were held before the call, or are shared after it"
     return None

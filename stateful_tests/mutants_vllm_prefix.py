@@ -377,7 +377,12 @@ class WindowRunNotReset(KVCacheManager):
 
 class _WindowNullsEvictable(SlidingWindowManager):
     def get_num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, hits: Sequence[KVCacheBlock], computed: int = 0
+        self,
+        request_id: str,
+        num_tokens: int,
+        hits: Sequence[KVCacheBlock],
+        computed: int = 0,
+        main: int | None = None,
     ) -> int:
         extra = sum(1 for b in hits if b.is_null) if request_id not in self.num_cached_block else 0
         return super().get_num_blocks_to_allocate(request_id, num_tokens, hits, computed) + extra

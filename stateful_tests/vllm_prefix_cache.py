@@ -91,9 +91,11 @@ def draw_config(c: Chooser, variant: str | None) -> Config:
     if window >= 4:
         window = (window - 3) * block_size + 1
     config = replace(config, sliding_window=window)
-    # then, in three runs of seven, one more group: chunked local attention (not with EAGLE)
-    # or, after a window, a wider second window (three groups: the fixed-point hit)
-    more = c.pick((0, 0, 0, 0, 1, 1, 2))
+    # then, in five runs of nine, one more group: chunked local attention (not with EAGLE),
+    # after a window a wider second window (three groups: the fixed-point hit), or Mamba
+    more = c.pick((0, 0, 0, 0, 1, 1, 2, 3, 3))
+    if more == 3:
+        return replace(config, attention_groups=(("mamba", 0),))
     if more == 1 and not config.use_eagle:
         return replace(config, attention_groups=(("chunked_local", c.int(1, 2 * block_size)),))
     if more == 2 and config.sliding_window:
@@ -131,6 +133,7 @@ class Driver:
             role=reference.role,
         )
         self.features = config.features()
+        self.mamba = any(kind == "mamba" for kind, _ in config.attention_groups)
         self.deferred: list[list[int]] = []  # popped, not yet freed (allocation order)
         self.freed: list[list[int]] = []  # deferred lists already freed (for double frees)
         self.prompts: list[list[int]] = []
@@ -371,7 +374,9 @@ class Driver:
             budget = 0  # adopt the hits only (0.31+)
         extra: list[Any] = [
             c.int(1, self.config.block_size) if c.chance(0.15) else 0,  # lookahead
-            c.int(1, self.config.block_size + 1) if c.chance(0.15) else 0,  # external
+            # external (none with a Mamba group: 0.34 then takes more blocks than it counted,
+            # ValueError after a partial change; docs/vllm-hybrid-groups.md §2.2)
+            c.int(1, self.config.block_size + 1) if c.chance(0.15) and not self.mamba else 0,
             c.chance(0.2),  # full_sequence_must_fit
             c.int(1, 2) if c.chance(0.15) else 0,  # reserved
         ]
@@ -431,6 +436,10 @@ class Driver:
     def reset_prefix_cache(self, c: Chooser) -> None:
         self.call("reset_prefix_cache")
 
+    def new_step(self, c: Chooser) -> None:
+        """The scheduler starts a step (``new_step_starts``; with a Mamba group only)."""
+        self.call("new_step_starts")
+
     # ------------------------------------------------------------ bad inputs
     def bad_free_twice(self, c: Chooser) -> None:
         """``free`` of a finished request or of an id never seen: nothing changes."""
@@ -438,10 +447,10 @@ class Driver:
 
     def bad_double_free(self, c: Chooser) -> None:
         """A deferred list freed a second time (some block is free now): rejected."""
-        refs = self.ls.after.ref_cnts
-        table = c.pick([t for t in self.freed if any(refs[b] == 0 for b in t)])
+        refs = self.ls.after.ref_cnts  # the null block (a Mamba list's padding) shows 0: not free
+        table = c.pick([t for t in self.freed if any(refs[b] == 0 and b for b in t)])
         if c.chance(0.5):  # only the blocks that are free now
-            table = [b for b in table if refs[b] == 0]
+            table = [b for b in table if refs[b] == 0 and b]
         self.call("free_blocks", list(reversed(table)))
 
     def bad_zero_tokens(self, c: Chooser) -> None:
@@ -506,6 +515,7 @@ class Facts(NamedTuple):
     hashed: bool
     older_api: bool  # the variant lacks an API of a newer release
     common_prefix: bool  # the release has get_num_common_prefix_blocks (not 0.34)
+    mamba: bool  # a Mamba group: the scheduler's steps are observable (new_step_starts)
 
     @classmethod
     def of(cls, d: Driver) -> Facts:
@@ -518,10 +528,11 @@ class Facts(NamedTuple):
             bool(d.running()),
             bool(d.holders()),
             bool(d.deferred),
-            any(any(s.ref_cnts[b] == 0 for b in t) for t in d.freed),
+            any(any(s.ref_cnts[b] == 0 and b for b in t) for t in d.freed),
             any(h is not None for h in s.block_hashes),
             not (d.features["adopt_computed_tokens"] and d.features["hit_length_cap"]),
             d.features["common_prefix_blocks"] != "removed",
+            any(kind == "mamba" for kind, _ in d.config.attention_groups),
         )
 
 
@@ -539,6 +550,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("free_deferred", 4, lambda f: f.deferred),
     Operation("evict_blocks", 2),
     Operation("reset_prefix_cache", 1),
+    Operation("new_step", 6, lambda f: f.mamba),
     Operation("bad_free_twice", 1, bad=True),
     Operation("bad_double_free", 1, lambda f: f.refreeable, bad=True),
     Operation("bad_zero_tokens", 1, lambda f: f.live, bad=True),

@@ -278,6 +278,9 @@ class PrefixCacheHarness:
     def take_events(self) -> list[Any]:
         return event_rows(self.m.take_events(), self.label)
 
+    def new_step_starts(self) -> None:
+        self.m.new_step_starts()
+
     def get_num_common_prefix_blocks(self, rid: str) -> list[int]:
         return [int(n) for n in self.m.get_num_common_prefix_blocks(rid)]
 

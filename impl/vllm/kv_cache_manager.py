@@ -15,7 +15,7 @@ prefix-cache``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from impl.vllm.block_pool import BlockPool, KVCacheBlock
@@ -116,7 +116,12 @@ class _LocalManager(FullAttentionManager):
         raise NotImplementedError
 
     def get_num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, hits: Sequence[KVCacheBlock], computed: int = 0
+        self,
+        request_id: str,
+        num_tokens: int,
+        hits: Sequence[KVCacheBlock],
+        computed: int = 0,
+        main: int | None = None,
     ) -> int:
         needed = -(-num_tokens // self.block_size)
         held = len(self.req_to_blocks.get(request_id, ()))
@@ -140,6 +145,17 @@ class _LocalManager(FullAttentionManager):
         blocks.extend([self.null_block] * skipped)
         blocks.extend(kept)
         self.num_cached_block[rid] = len(blocks)
+
+    def allocate_new(self, rid: str, slots: int, main: int) -> list[KVCacheBlock]:
+        """Blocks up to ``slots`` tokens; the new ones."""
+        table = self.req_to_blocks.setdefault(rid, [])
+        missing = -(-slots // self.block_size) - len(table)
+        got = self.block_pool.get_new_blocks(missing) if missing > 0 else []
+        table.extend(got)
+        return got
+
+    def new_step_starts(self) -> None:
+        pass
 
     def allocate_external(self, rid: str, num_total: int, num_external: int) -> None:
         """Blocks up to ``num_total`` tokens, if an external token is still inside the span."""
@@ -260,6 +276,114 @@ class ChunkedLocalAttentionManager(_LocalManager):
         return hits
 
 
+class MambaManager(_LocalManager):
+    """A Mamba group ("align" mode): one state block per step at the end of the list."""
+
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, size: int, group_id: int = 1
+    ):
+        super().__init__(block_pool, block_size, use_eagle, group_id)
+        self.last_state_block_idx: dict[str, int] = {}
+        self.num_retired_blocks: dict[str, int] = {}
+        self.allocated_block_reqs: set[str] = set()
+        self.cached_blocks_this_step: set[bytes] = set()
+
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens - 1
+
+    def local_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        entries = self.block_pool.cached_block_hash_to_block._cache
+        for i in range(max_length // self.block_size - 1, -1, -1):
+            entry = entries.get(block_hashes[i] + self.suffix)
+            if entry is not None:
+                block = entry if type(entry) is KVCacheBlock else next(iter(entry.values()))  # type: ignore[union-attr]
+                return [self.null_block] * i + [block]
+        return []
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        hits: Sequence[KVCacheBlock],
+        computed: int = 0,
+        main: int | None = None,
+    ) -> int:
+        if hits and hits[-1].block_hash in self.cached_blocks_this_step:
+            return self.block_pool.num_gpu_blocks + 1  # a hit cached this step waits
+        tokens = num_tokens if main is None else main
+        held = len(self.req_to_blocks.setdefault(request_id, []))  # upstream's defaultdict
+        new = -(-tokens // self.block_size) - len(hits) - held
+        return min(new, 1) + sum(1 for b in hits if b.ref_cnt == 0 and not b.is_null)
+
+    def allocate_new(self, rid: str, slots: int, main: int) -> list[KVCacheBlock]:
+        table = self.req_to_blocks.setdefault(rid, [])
+        required = -(-main // self.block_size)
+        prev = len(table)
+        if required <= prev:
+            self.allocated_block_reqs.add(rid)
+            return []
+        if prev or rid in self.allocated_block_reqs:
+            self.last_state_block_idx[rid] = prev - 1
+        if prev < required - 1:
+            table.extend([self.null_block] * (required - 1 - prev))
+        new = self.block_pool.get_new_blocks(required - len(table))
+        added = table[prev:] + new
+        table.extend(new)
+        self.allocated_block_reqs.add(rid)
+        return added
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        null = self.null_block
+        if num_computed_tokens > 1:
+            blocks = self.req_to_blocks.setdefault(request_id, [])
+            first = self.num_retired_blocks.get(request_id, 0)
+            last = min((num_computed_tokens - 1) // self.block_size, len(blocks))
+            if first < last:
+                freed = [b for b in blocks[first:last][::-1] if b is not null]
+                blocks[first:last] = [null] * (last - first)
+                if freed:
+                    self.block_pool.free_blocks(freed)
+                self.num_retired_blocks[request_id] = last
+        idx = self.last_state_block_idx.get(request_id)
+        if idx is not None and idx < -(-num_computed_tokens // self.block_size) - 1:
+            blocks = self.req_to_blocks.setdefault(request_id, [])
+            if blocks[idx] is not null:
+                self.block_pool.free_blocks([blocks[idx]])
+                blocks[idx] = null
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        rid = request.request_id
+        before = self.num_cached_block.get(rid, 0)
+        super().cache_blocks(request, num_tokens)
+        blocks = self.req_to_blocks.get(rid, [])
+        bs = self.block_size
+        idx = num_tokens // bs - 1
+        if (
+            num_tokens > 0 and num_tokens % bs == 0
+            and num_tokens == (request.num_prompt_tokens - 1) // bs * bs
+            and idx < len(blocks) and blocks[idx] is not self.null_block
+            and blocks[idx].block_hash is None
+        ):  # fmt: skip
+            self.block_pool.cache_full_blocks(
+                request, blocks, idx, idx + 1, bs, self.kv_cache_group_id
+            )
+            self.cached_blocks_this_step.add(blocks[idx].block_hash)  # type: ignore[arg-type]
+        for block in blocks[before : self.num_cached_block.get(rid, 0)]:
+            if block is not self.null_block and block.block_hash is not None:
+                self.cached_blocks_this_step.add(block.block_hash)
+
+    def new_step_starts(self) -> None:
+        self.cached_blocks_this_step.clear()
+
+    def pop(self, rid: str) -> list[KVCacheBlock]:
+        self.allocated_block_reqs.discard(rid)
+        self.last_state_block_idx.pop(rid, None)
+        self.num_retired_blocks.pop(rid, None)
+        return super().pop(rid)
+
+
 class KVCacheManager:
     """The fast manager; see :class:`spec.vllm.kv_cache_manager.KVCacheManager` for the contract."""
 
@@ -267,6 +391,7 @@ class KVCacheManager:
     single_cls: ClassVar[type[FullAttentionManager]] = FullAttentionManager
     window_cls: ClassVar[type[SlidingWindowManager]] = SlidingWindowManager
     chunk_cls: ClassVar[type[ChunkedLocalAttentionManager]] = ChunkedLocalAttentionManager
+    mamba_cls: ClassVar[type[MambaManager]] = MambaManager
 
     def __init__(
         self,
@@ -303,10 +428,13 @@ class KVCacheManager:
         )
         self._single = self.single_cls(self.block_pool, block_size, use_eagle)
         # the further KV cache groups (the hybrid paths below); (): one group
+        kinds: dict[str, Callable[..., _LocalManager]] = {
+            "sliding_window": self.window_cls,
+            "chunked_local": self.chunk_cls,
+            "mamba": self.mamba_cls,
+        }
         self._locals: tuple[_LocalManager, ...] = tuple(
-            (self.window_cls if kind == "sliding_window" else self.chunk_cls)(
-                self.block_pool, block_size, use_eagle, size, g
-            )
+            kinds[kind](self.block_pool, block_size, use_eagle, size, g)
             for g, (kind, size) in enumerate(further, start=1)
         )
         managers = (self._single, *self._locals)
@@ -357,9 +485,9 @@ class KVCacheManager:
         while True:  # the fixed point; one round with one further group
             for g, manager in enumerate(self._locals, start=1):
                 drop = eagle and g not in verified
-                hits = manager.local_hit(
-                    block_hashes, min(length + bs, most) if drop else length, drop
-                )
+                margin = drop and not isinstance(manager, MambaManager)  # Mamba never drops
+                ask = min(length + bs, most) if margin else length
+                hits = manager.local_hit(block_hashes, ask, drop)
                 lists[g] = hits
                 found = len(hits) * bs
                 if drop:
@@ -501,17 +629,18 @@ class KVCacheManager:
             full = min(request.num_tokens, max_len)
             need = single.get_num_blocks_to_allocate(rid, full, hits)
             for m, h in zip(local, local_hits, strict=True):
-                need += m.get_num_blocks_to_allocate(rid, full, h, total)
+                need += m.get_num_blocks_to_allocate(rid, full, h, total, full)
             if need + watermark > pool.free_block_queue.num_free_blocks:
                 return None
         processed = max(0, total - request.num_in_flight_tokens)
         for m in local:
             m.remove_skipped_blocks(rid, processed)
-        slots = min(total + num_new + lookahead, max_len)
+        main = total + num_new
+        slots = min(main + lookahead, max_len)
         need = single.get_num_blocks_to_allocate(rid, slots, hits)
         num_total = num_local + num_external
         for m, h in zip(local, local_hits, strict=True):
-            need += m.get_num_blocks_to_allocate(rid, slots, h, num_total)
+            need += m.get_num_blocks_to_allocate(rid, slots, h, num_total, main)
         if need + watermark > pool.free_block_queue.num_free_blocks - reserved:
             return None
         fresh = rid not in single.num_cached_block and all(
@@ -526,18 +655,19 @@ class KVCacheManager:
                 table.extend(pool.get_new_blocks(max(0, -(-num_total // bs) - len(table))))
                 for m in local:
                     m.allocate_external(rid, num_total, num_external)
-        new: list[list[KVCacheBlock]] = []
-        for group in (single, *local):
-            table = group.req_to_blocks.setdefault(rid, [])
-            missing = -(-slots // bs) - len(table)
-            got = pool.get_new_blocks(missing) if missing > 0 else []
-            table.extend(got)
-            new.append(got)
+        table = single.req_to_blocks.setdefault(rid, [])
+        missing = -(-slots // bs) - len(table)
+        got = pool.get_new_blocks(missing) if missing > 0 else []
+        table.extend(got)
+        new = [got] + [m.allocate_new(rid, slots, main) for m in local]
         if self.enable_caching and not delay:
             upto = min(total + num_new, request.num_tokens)
             single.cache_blocks(request, upto)
+            aligned = upto // bs * bs  # each further group caches up to the hit alignment
             for m in local:
-                m.cache_blocks(request, upto)
+                m.cache_blocks(
+                    request, min(upto, aligned + bs) if m.use_eagle and aligned else aligned
+                )
         return KVCacheBlocks(tuple(new)) if any(new) else self.empty_kv_cache_blocks
 
     def _adopt(
@@ -603,6 +733,10 @@ class KVCacheManager:
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         self.block_pool.evict_blocks(block_ids)
+
+    def new_step_starts(self) -> None:
+        for m in self._locals:
+            m.new_step_starts()
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()

@@ -59,6 +59,7 @@ from spec.vllm.single_type_managers import (
     GROUP_KINDS,
     FullAttentionManager,
     LocalManager,
+    MambaManager,
     cdiv,
     local_manager,
 )
@@ -109,8 +110,10 @@ def further_groups(
             raise InvalidArgument(
                 f"unknown KV cache group kind {kind!r}; choose from {GROUP_KINDS}"
             )
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        if not isinstance(size, int) or isinstance(size, bool) or size < (kind != "mamba"):
             raise InvalidArgument(f"the {kind} group needs an int size >= 1, got {size!r}")
+        if kind == "mamba" and size:
+            raise InvalidArgument(f"a mamba group has no span: its size is 0, got {size!r}")
         if (kind, size) in groups:
             raise InvalidArgument(f"two equal KV cache groups {(kind, size)} (not modelled)")
         if kind == "chunked_local" and use_eagle:
@@ -327,7 +330,9 @@ class KVCacheManager:
         while True:
             for g, manager in enumerate(others, start=1):
                 drop = manager.use_eagle and g not in verified
-                ask = min(length + bs, most) if drop else length
+                # no margin for Mamba: its finder never drops, its hit would grow past L
+                margin = drop and not isinstance(manager, MambaManager)
+                ask = min(length + bs, most) if margin else length
                 lists[g] = self._local(manager).local_hit(block_hashes, ask, drop)
                 found = len(lists[g]) * bs
                 if drop:
@@ -398,21 +403,21 @@ class KVCacheManager:
         waiting = request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
         watermark = self.watermark_blocks if has_scheduled_reqs and waiting else 0
 
-        def blocks_needed(slots: int, computed: int) -> int:
+        def blocks_needed(slots: int, computed: int, main: int) -> int:
             return sum(
-                m.get_num_blocks_to_allocate(rid, slots, g, computed)
+                m.get_num_blocks_to_allocate(rid, slots, g, computed, main)
                 for m, g in zip(managers, groups, strict=True)
             )
 
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
-            if blocks_needed(full, total) + watermark > pool.get_num_free_blocks():
+            if blocks_needed(full, total, full) + watermark > pool.get_num_free_blocks():
                 return None
         # blocks now wholly before a window are freed first, even if the step is refused
         self.coordinator.remove_skipped_blocks(rid, max(0, total - request.num_in_flight_tokens))
         num_main = total + num_new_tokens
         need_slots = min(num_main + num_lookahead_tokens, self.max_model_len)
-        needed = blocks_needed(need_slots, num_local + num_external)
+        needed = blocks_needed(need_slots, num_local + num_external, num_main)
         if needed + watermark > pool.get_num_free_blocks() - reserved_blocks:
             return None
         fresh = not any(rid in m.num_cached_block for m in managers)
@@ -422,10 +427,18 @@ class KVCacheManager:
             if num_external > 0:
                 for m in managers:
                     m.allocate_external_computed_blocks(rid, num_local + num_external, num_external)
-        new_blocks = tuple(m.allocate_new_blocks(rid, need_slots) for m in managers)
+        new_blocks = tuple(m.allocate_new_blocks(rid, need_slots, num_main) for m in managers)
         if self.enable_caching and not delay_cache_blocks:
+            upto = min(total + num_new_tokens, request.num_tokens)
+            # several groups: each caches up to the hit alignment (a block; with EAGLE one
+            # block past it), which only a Mamba group's reusable-state rule can tell apart
+            aligned = upto // self.block_size * self.block_size
             for m in managers:
-                m.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+                eagle = m.use_eagle and aligned > 0
+                cacheable = upto if len(managers) == 1 or eagle else aligned
+                m.cache_blocks(
+                    request, min(upto, aligned + self.block_size) if eagle else cacheable
+                )
         return self.create_kv_cache_blocks(new_blocks)
 
     def _validate(
@@ -480,6 +493,11 @@ class KVCacheManager:
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         self.block_pool.evict_blocks(block_ids)
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins: a Mamba group forgets the blocks cached in the last one."""
+        for m in self.coordinator.single_type_managers:
+            m.new_step_starts()
 
     def reset_prefix_cache(self) -> bool:
         return self.block_pool.reset_prefix_cache()
@@ -536,6 +554,8 @@ class PrefixCacheSnapshot(NamedTuple):
     groups: tuple[
         tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[tuple[str, int], ...]], ...
     ] = ()
+    # each further group's kind (``GROUP_KINDS``; from its manager class, upstream's names)
+    group_kinds: tuple[str, ...] = ()
 
     def differing_fields(self, other: PrefixCacheSnapshot) -> list[str]:
         return [name for name, a, b in zip(self._fields, self, other, strict=True) if a != b]
@@ -589,7 +609,21 @@ def read_prefix_cache(manager: Any) -> PrefixCacheSnapshot:
         else None,
         usage=float(manager.usage),
         groups=tuple((_tables(m), tuple(sorted(m.num_cached_block.items()))) for m in others),
+        group_kinds=tuple(_kind(m) for m in others),
     )
+
+
+_KINDS = {
+    "SlidingWindowManager": "sliding_window",
+    "ChunkedLocalAttentionManager": "chunked_local",
+    "MambaManager": "mamba",
+}
+
+
+def _kind(manager: Any) -> str:
+    """A group manager's kind: the first class of its MRO with upstream's name (a planted
+    subclass is its base's kind)."""
+    return next((_KINDS[c.__name__] for c in type(manager).__mro__ if c.__name__ in _KINDS), "?")
 
 
 def _tables(single: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -26,6 +26,8 @@ class Request(Protocol):
     def block_hashes(self) -> Sequence[BlockHash]: ...
     @property
     def all_token_ids(self) -> Sequence[int]: ...
+    @property
+    def num_prompt_tokens(self) -> int: ...
 
 
 def cdiv(a: int, b: int) -> int:
@@ -70,11 +72,13 @@ class FullAttentionManager:
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int = 0,
+        main_tokens: int | None = None,
     ) -> int:
         """Blocks ``get_new_blocks`` and ``touch`` will take from the free queue to give the
         request ``num_tokens`` slots: missing blocks, plus the free blocks among the hits — for a
         new request, those wholly before an attention window (``get_num_skipped_tokens`` of
-        ``total_computed_tokens``) neither needed nor taken."""
+        ``total_computed_tokens``) neither needed nor taken. (``main_tokens``, the slots less
+        the lookahead ones, is what a Mamba group counts.)"""
         needed = cdiv(num_tokens, self.block_size)
         held = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:
@@ -116,7 +120,9 @@ class FullAttentionManager:
         needed = max(0, cdiv(num_total_tokens, self.block_size) - len(req_blocks))
         req_blocks.extend(self.block_pool.get_new_blocks(needed))
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, main_tokens: int | None = None
+    ) -> list[KVCacheBlock]:
         """Post: the request holds at least ``cdiv(num_tokens, block_size)`` blocks; the new ones."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         missing = cdiv(num_tokens, self.block_size) - len(req_blocks)
@@ -144,6 +150,9 @@ class FullAttentionManager:
     def cache_mask(self, count: int) -> list[bool] | None:
         """Which of ``count`` newly full blocks can ever serve a hit (``None``: all of them)."""
         return None
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (only a Mamba group keeps per-step state)."""
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         """The request's blocks in allocation order after its leading null blocks, forgotten
@@ -277,9 +286,143 @@ class ChunkedLocalAttentionManager(FullAttentionManager):
         return found
 
 
-LocalManager = SlidingWindowManager | ChunkedLocalAttentionManager
-GROUP_KINDS: tuple[str, ...] = ("sliding_window", "chunked_local")
-"""The further KV cache groups kvspec models, each with its size (window or chunk, tokens)."""
+class MambaManager(FullAttentionManager):
+    """A Mamba group in 0.34's ``"align"`` mode, with no speculative blocks and no prefill
+    checkpoints, of full attention's block size (docs/vllm-hybrid-groups.md §2.2): each step
+    writes the state of its last token into one new block at the end of the request's list
+    (the positions before it padded with the null block); the state block of the step before
+    is freed one step later, when the next step no longer reads it. A hit is the last cached
+    block of the prefix alone, behind null blocks.
+
+    Quirks reproduced: *count-creates-entry* (counting blocks adds an empty list for an unknown
+    request, upstream's ``defaultdict``); *same-step-refusal* (a hit whose last block was cached
+    in the current step counts as more blocks than the pool has, so the admission waits for
+    the next step, :meth:`new_step_starts`); a negative count (a list longer than needed)
+    lowers the total of the other groups."""
+
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, use_eagle: bool, group_id: int
+    ) -> None:
+        super().__init__(block_pool, block_size, use_eagle, group_id)
+        self.last_state_block_idx: dict[str, int] = {}  # the state block of the step before
+        self.num_retired_blocks: dict[str, int] = {}  # positions already nulled, from the left
+        self.allocated_block_reqs: set[str] = set()  # requests that allocated at least once
+        self.cached_blocks_this_step: set[BlockHash] = set()
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens - 1  # only the last computed token's state is read
+
+    def local_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, drop_eagle: bool
+    ) -> list[KVCacheBlock]:
+        """The last cached block among the first ``max_length // block_size``, found scanning
+        from the end, behind null blocks (no EAGLE drop: draft models have no Mamba layers)."""
+        for i in range(max_length // self.block_size - 1, -1, -1):
+            cached = self.block_pool.get_cached_block(block_hashes[i], [self.kv_cache_group_id])
+            if cached is not None:
+                return [self.block_pool.null_block] * i + [cached[0]]
+        return []
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int = 0,
+        main_tokens: int | None = None,
+    ) -> int:
+        """Blocks the step takes: at most one new state block (the list is padded with null
+        blocks up to it; lookahead slots get none), plus the free blocks among the hits."""
+        hits = new_computed_blocks
+        if hits and hits[-1].block_hash in self.cached_blocks_this_step:
+            return self.block_pool.num_gpu_blocks + 1
+        tokens = num_tokens if main_tokens is None else main_tokens
+        held = len(self.req_to_blocks.setdefault(request_id, []))
+        new = cdiv(tokens, self.block_size) - len(hits) - held
+        return min(new, 1) + sum(1 for b in hits if b.ref_cnt == 0 and not b.is_null)
+
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, main_tokens: int | None = None
+    ) -> list[KVCacheBlock]:
+        """Post: the list reaches ``cdiv(main_tokens, block_size)`` entries: null blocks, then
+        one new state block; returns the entries added (nulls included). The block that held
+        the state so far is remembered, to be freed by :meth:`remove_skipped_blocks`."""
+        tokens = num_tokens if main_tokens is None else main_tokens
+        blocks = self.req_to_blocks.setdefault(request_id, [])
+        required = cdiv(tokens, self.block_size)
+        if required <= len(blocks):
+            self.allocated_block_reqs.add(request_id)
+            return []
+        prev = len(blocks)
+        if request_id in self.allocated_block_reqs or prev > 0:
+            self.last_state_block_idx[request_id] = prev - 1
+        blocks.extend([self.block_pool.null_block] * max(0, required - 1 - prev))
+        new = self.block_pool.get_new_blocks(required - len(blocks))
+        added = blocks[prev:] + new
+        blocks.extend(new)
+        self.allocated_block_reqs.add(request_id)
+        return added
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        """Post: every position before the last computed token's block is null (those not yet
+        retired are walked last first, nulls skipped), and the state block of the step before
+        is freed once a later block holds the state."""
+        if num_computed_tokens - 1 > 0:
+            blocks = self.req_to_blocks.setdefault(request_id, [])
+            first = self.num_retired_blocks.get(request_id, 0)
+            last = min((num_computed_tokens - 1) // self.block_size, len(blocks))
+            if first < last:
+                freed = []
+                for i in range(last - 1, first - 1, -1):
+                    if not blocks[i].is_null:
+                        freed.append(blocks[i])
+                        blocks[i] = self.block_pool.null_block
+                if freed:
+                    self.block_pool.free_blocks(freed)
+                self.num_retired_blocks[request_id] = last
+        idx = self.last_state_block_idx.get(request_id)
+        if idx is not None and idx < cdiv(num_computed_tokens, self.block_size) - 1:
+            blocks = self.req_to_blocks.setdefault(request_id, [])
+            if not blocks[idx].is_null:
+                self.block_pool.free_blocks([blocks[idx]])
+                blocks[idx] = self.block_pool.null_block
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """As full attention's, then the prompt's last reusable state (the block ending at the
+        last block boundary before the prompt's last token) is cached again if it lost its
+        hash (a connector evicted it); the blocks cached now are remembered for the step."""
+        rid = request.request_id
+        before = self.num_cached_block.get(rid, 0)
+        super().cache_blocks(request, num_tokens)
+        blocks = self.req_to_blocks.get(rid, [])
+        boundary = (request.num_prompt_tokens - 1) // self.block_size * self.block_size
+        idx = num_tokens // self.block_size - 1
+        if (
+            num_tokens > 0 and num_tokens % self.block_size == 0 and num_tokens == boundary
+            and idx < len(blocks) and not blocks[idx].is_null and blocks[idx].block_hash is None
+        ):  # fmt: skip
+            self.block_pool.cache_full_blocks(
+                request, blocks, idx, idx + 1, self.block_size, self.kv_cache_group_id
+            )
+            self.cached_blocks_this_step.add(blocks[idx].block_hash)  # type: ignore[arg-type]
+        for block in blocks[before : self.num_cached_block.get(rid, 0)]:
+            if not block.is_null and block.block_hash is not None:
+                self.cached_blocks_this_step.add(block.block_hash)
+
+    def new_step_starts(self) -> None:
+        self.cached_blocks_this_step.clear()
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        self.allocated_block_reqs.discard(request_id)
+        self.last_state_block_idx.pop(request_id, None)
+        self.num_retired_blocks.pop(request_id, None)
+        return super().pop_blocks_for_free(request_id)
+
+
+LocalManager = SlidingWindowManager | ChunkedLocalAttentionManager | MambaManager
+GROUP_KINDS: tuple[str, ...] = ("sliding_window", "chunked_local", "mamba")
+"""The further KV cache groups kvspec models, each with its size (window or chunk, tokens;
+0 for Mamba, which has no span)."""
 
 
 def local_manager(
@@ -288,4 +431,6 @@ def local_manager(
     """The manager of a further group ``(kind, size)`` (kinds: :data:`GROUP_KINDS`)."""
     if kind == "sliding_window":
         return SlidingWindowManager(block_pool, block_size, use_eagle, group_id, size)
+    if kind == "mamba":
+        return MambaManager(block_pool, block_size, use_eagle, group_id)
     return ChunkedLocalAttentionManager(block_pool, block_size, use_eagle, group_id, size)
