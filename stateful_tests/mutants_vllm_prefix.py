@@ -18,6 +18,7 @@ from impl.vllm.kv_cache_manager import (
     ChunkedLocalAttentionManager,
     FullAttentionManager,
     KVCacheManager,
+    MambaManager,
     SlidingWindowManager,
 )
 from spec.errors import DoubleFreeError
@@ -475,6 +476,70 @@ class FixedPointOneRound(KVCacheManager):
         return blocks, found, boundary
 
 
+# ----------------------------------------------------------------------------- Mamba
+class _MambaCountsEveryBlock(MambaManager):
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        hits: Sequence[KVCacheBlock],
+        computed: int = 0,
+        main: int | None = None,
+    ) -> int:
+        base = super().get_num_blocks_to_allocate(request_id, num_tokens, hits, computed, main)
+        if base > self.block_pool.num_gpu_blocks:
+            return base
+        held = len(self.req_to_blocks.get(request_id, ()))
+        missing = -(-(num_tokens if main is None else main) // self.block_size) - len(hits) - held
+        return base + max(missing - 1, 0)  # every missing position, as full attention counts
+
+
+class MambaCountsEveryPosition(KVCacheManager):
+    """Planted: the Mamba group's admission count asks for a block per missing position, as
+    full attention does, though it takes one state block per step (the rest is null
+    padding), so a prefill that fits is refused."""
+
+    mamba_cls = _MambaCountsEveryBlock
+
+
+class _MambaSameStepForgotten(MambaManager):
+    def new_step_starts(self) -> None:
+        pass
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        super().cache_blocks(request, num_tokens)
+        self.cached_blocks_this_step.clear()  # nothing is remembered as cached this step
+
+
+class MambaSameStepHitAdmitted(KVCacheManager):
+    """Planted: a Mamba state cached in the current step is a usable hit at once (upstream makes
+    such an admission wait for the next step: the state is written only by this step's
+    forward pass)."""
+
+    mamba_cls = _MambaSameStepForgotten
+
+
+class _MambaFirstHit(MambaManager):
+    def local_hit(
+        self, block_hashes: Sequence[Any], max_length: int, eagle: bool
+    ) -> list[KVCacheBlock]:
+        entries = self.block_pool.cached_block_hash_to_block._cache
+        for i in range(max_length // self.block_size):  # left to right: the first cached state
+            entry = entries.get(block_hashes[i] + self.suffix)
+            if entry is not None:
+                block = entry if type(entry) is KVCacheBlock else next(iter(entry.values()))  # type: ignore[union-attr]
+                return [self.null_block] * i + [block]
+        return []
+
+
+class MambaHitTakesFirstState(KVCacheManager):
+    """Planted: the Mamba hit takes the first cached state of the prefix rather than the last,
+    so hits are shorter than they could be (and full attention's is cut to them)."""
+
+    mamba_cls = _MambaFirstHit
+
+
+_MAMBA: dict[str, Any] = {"sliding_window": 0, "attention_groups": (("mamba", 0),)}
 PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("touch_before_capacity_check", "vLLM PR #11565 (G1)", TouchBeforeCapacityCheck,
            "atomic_failure"),
@@ -520,6 +585,12 @@ PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("chunk_current_chunk_freed", "planted (issue 26): chunked-local skip rounded up",
            ChunkCurrentChunkFreed, "snapshot", variant="r0.34",
            options={"use_eagle": False, "attention_groups": (("chunked_local", 3),)}),
+    Mutant("mamba_counts_every_position", "planted (issue 26): Mamba admission count",
+           MambaCountsEveryPosition, "return_value", variant="r0.34", options=_MAMBA),
+    Mutant("mamba_same_step_hit_admitted", "planted (issue 26): Mamba same-step hit",
+           MambaSameStepHitAdmitted, "return_value", variant="r0.34", options=_MAMBA),
+    Mutant("mamba_hit_takes_first_state", "planted (issue 26): Mamba hit scan direction",
+           MambaHitTakesFirstState, "return_value", variant="r0.34", options=_MAMBA),
     Mutant("fixed_point_one_round", "planted (issue 26): one round with three groups",
            FixedPointOneRound, "return_value", variant="r0.34",
            options={"use_eagle": False, "sliding_window": 2,

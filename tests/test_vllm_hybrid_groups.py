@@ -81,6 +81,7 @@ def test_chunked_local_frees_whole_chunks_only(cls: Manager) -> None:
             "does not support EAGLE",
         ),
         ({"sliding_window": -1}, "sliding_window must be an int >= 0"),
+        ({"attention_groups": (("mamba", 2),)}, "a mamba group has no span"),
     ],
 )
 def test_bad_groups_are_rejected(cls: Manager, keywords: dict[str, Any], message: str) -> None:
@@ -97,6 +98,63 @@ def test_impl_and_spec_agree_with_further_groups_fixed() -> None:
         )  # fmt: skip
         assert r.passed, r.failure
         assert r.coverage["rule:schedule_running"] > 0
+
+
+def mamba_trace(cls: Manager, make: Callable[..., Any] = Request) -> list[Any]:
+    """Full attention and a Mamba group: a 9-token prompt and three decodes (one state block per
+    step, the one before freed a step later), a second request whose hit was cached in the
+    same step (refused until ``new_step_starts``), then admitted."""
+    m = cls(16, 2, 16, **variant_keywords("r0.34"), attention_groups=(("mamba", 0),))
+    a = make("a", [1, 2, 3, 4, 5, 6, 7, 8, 9], 2)
+    assert m.allocate_slots(a, 9) is not None
+    a.num_computed_tokens = 9
+    seen = [m.get_block_ids("a")]
+    for _ in range(3):
+        a.append_output_token_ids(1)
+        assert m.allocate_slots(a, 1) is not None
+        a.num_computed_tokens += 1
+        seen.append(m.get_block_ids("a"))
+    b = make("b", [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 1, 1, 3], 2)
+    hits, n, _ = m.get_computed_blocks(b)
+    seen += [(hits.get_block_ids(), n), m.allocate_slots(b, b.num_tokens - n, n, hits)]
+    m.new_step_starts()
+    hits, n, _ = m.get_computed_blocks(b)
+    seen.append(m.allocate_slots(b, b.num_tokens - n, n, hits).get_block_ids())
+    m.free(a)
+    return [*seen, m.get_block_ids("b")]
+
+
+# what vLLM 0.34.0 itself gives (test_the_release_gives_the_same_mamba_trace below)
+MAMBA = [
+    ([1, 2, 3, 4, 5], [0, 0, 0, 0, 6]),
+    ([1, 2, 3, 4, 5], [0, 0, 0, 0, 6]),
+    ([1, 2, 3, 4, 5, 7], [0, 0, 0, 0, 6, 8]),
+    ([1, 2, 3, 4, 5, 7], [0, 0, 0, 0, 0, 8]),
+    (([1, 2, 3, 4, 5, 7], [0, 0, 0, 0, 0, 8]), 12),
+    None,  # the hit's state was cached in this step
+    ([9], [10]),
+    ([1, 2, 3, 4, 5, 7, 9], [0, 0, 0, 0, 0, 8, 10]),
+]
+
+
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
+def test_mamba_trace(cls: Manager) -> None:
+    assert mamba_trace(cls) == MAMBA
+
+
+def mamba_overdraw(cls: Manager, make: Callable[..., Any] = Request) -> tuple[str, Any]:
+    """0.34's Mamba count takes one block for the step while its external-token adoption takes
+    blocks up to the computed tokens: with a tight pool the allocation raises after adopting."""
+    m = cls(5, 2, 16, **variant_keywords("r0.34"), attention_groups=(("mamba", 0),))
+    c = make("c", [5, 5, 5, 5, 5, 5], 2)
+    with pytest.raises(ValueError, match="Cannot get 1 free blocks"):
+        m.allocate_slots(c, 1, 0, None, 0, 4)
+    return str(read_prefix_cache(m).num_free_blocks), m.get_block_ids("c")
+
+
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
+def test_mamba_external_tokens_overdraw_the_pool(cls: Manager) -> None:
+    assert mamba_overdraw(cls) == ("0", ([1, 2, 4], [0, 3]))
 
 
 # ----------------------------------------------------------------------------- the release
@@ -129,3 +187,25 @@ def test_the_release_conforms_with_chunked_and_three_groups() -> None:
             sliding_window=2, attention_groups=groups,
         )  # fmt: skip
         assert r.passed, r.failure
+
+
+@needs_release
+def test_the_release_gives_the_same_mamba_trace_and_overdraw() -> None:
+    tree = trees.tree_for("vllm", str(_wheel()))
+    _, cls = load_target("vllm-prefix-cache", f"vllm@{tree}")
+    assert mamba_trace(cls, cls.kvspec_request) == MAMBA  # type: ignore[attr-defined]
+    assert mamba_overdraw(cls, cls.kvspec_request) == ("0", ([1, 2, 4], [0, 3]))  # type: ignore[attr-defined]
+
+
+@needs_release
+def test_the_release_conforms_with_mamba() -> None:
+    tree = trees.tree_for("vllm", str(_wheel()))
+    _, cls = load_target("vllm-prefix-cache", f"vllm@{tree}")
+    comp = components.get("vllm-prefix-cache")
+    for window, eagle in ((0, False), (3, True)):
+        r = comp.fuzz(
+            cls, "vllm", 3000, 5, variant="r0.34", inputs="well-formed", use_eagle=eagle,
+            sliding_window=window, attention_groups=(("mamba", 0),),
+        )  # fmt: skip
+        assert r.passed, r.failure
+        assert r.coverage["rule:new_step"] > 0
