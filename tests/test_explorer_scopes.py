@@ -16,7 +16,11 @@ from kvspec.cli import main
 from proofs import explorer
 from proofs.explorer import OffloadBounds, PrefixCacheBounds, SchedulerBounds
 from stateful_tests.mutants_vllm import StoreThresholdOffByOne as ThresholdOffByOne
-from stateful_tests.mutants_vllm_prefix import ChunkCurrentChunkFreed, WindowRunNotReset
+from stateful_tests.mutants_vllm_prefix import (
+    ChunkCurrentChunkFreed,
+    MambaCountsEveryPosition,
+    WindowRunNotReset,
+)
 
 TINY = {"capacity": 1, "keys": 2}  # the offload bounds every configuration shares here
 
@@ -278,6 +282,7 @@ def test_an_option_configuration_the_overrides_rule_out_is_left_out() -> None:
         # issue 26: 0.34's hybrid coordinator (full attention + a sliding window)
         (WindowRunNotReset, "r0.34", "window", [0, 2]),
         (ChunkCurrentChunkFreed, "r0.34", "chunk", [0, 2]),
+        (MambaCountsEveryPosition, "r0.34", "mamba", [False, True]),
     ],
 )
 def test_a_prefix_cache_option_configuration_catches_its_planted_bug(

@@ -45,7 +45,9 @@ class PrefixCacheBounds:
     (0: none; the harness clamps them to the prompt's uncomputed tokens less one); ``window``:
     a second KV cache group, a sliding window of that many tokens (0.34's hybrid coordinator;
     0: one full-attention group); ``chunk``: a further group after that, chunked local attention
-    in chunks of that many tokens (0: none; not with EAGLE)."""
+    in chunks of that many tokens (0: none; not with EAGLE); ``mamba``: a Mamba group after
+    those (0.34's "align" mode) and the scheduler's step boundary (``new_step_starts``; not
+    with external tokens, which 0.34 then overdraws)."""
 
     variant: str = "unhashed_first"
     blocks: int = 3
@@ -64,6 +66,7 @@ class PrefixCacheBounds:
     external: int = 0
     window: int = 0
     chunk: int = 0
+    mamba: bool = False
 
     # The default scope is a small product: caching off and lookahead slots at the length cap (one
     # variant each: the option, not the variant, is what they add), then the base for every
@@ -143,6 +146,20 @@ class PrefixCacheBounds:
                     "variant": "r0.34",
                 },
             ),
+            # a Mamba group: one state block per step (2,843 states; two requests, which reach
+            # a hit cached in the same step: 142,797 states, 143 s)
+            (
+                "mamba",
+                {
+                    "mamba": True,
+                    "blocks": 4,
+                    "max_model_len": 3,
+                    "prompt_tokens": 2,
+                    "vocab": 1,
+                    "requests": 1,
+                    "variant": "r0.34",
+                },
+            ),
             ("base", {}),
         ),
     }
@@ -156,6 +173,7 @@ class PrefixCacheBounds:
         "external",
         "window",
         "chunk",
+        "mamba",
         "block_size",
     )
 
@@ -168,6 +186,7 @@ class PrefixCacheBounds:
         "external": "connector-loaded (external) tokens an admission may also take",
         "window": "a sliding-window KV cache group of that many tokens (0.34's hybrid manager)",
         "chunk": "a chunked-local KV cache group, chunks of that many tokens (not with EAGLE)",
+        "mamba": "a Mamba KV cache group and the scheduler's step boundary (not with --external)",
         "blocks": "blocks in the pool, the null block included",
         "block_size": "tokens per block",
         "max_model_len": "tokens per request at most",
@@ -195,6 +214,8 @@ class PrefixCacheBounds:
                 ("chunk", 0, 8),
             ),
         )
+        if self.mamba and self.external:
+            raise ValueError("--mamba with --external: 0.34 overdraws the pool (ValueError)")
         if self.chunk and self.eagle:
             raise ValueError(
                 "chunked local attention does not support EAGLE (--chunk with --eagle)"
@@ -235,6 +256,7 @@ class PrefixCacheModel(Model):
         "get_computed_blocks",
         "get_num_common_prefix_blocks",
         "preempt",
+        "new_step_starts",
         "reset_prefix_cache",
         "schedule",
         "take_events",
@@ -268,7 +290,10 @@ class PrefixCacheModel(Model):
             # int(watermark * num_blocks) blocks are kept: 1.5 / blocks gives exactly one
             watermark=1.5 / b.blocks if b.watermark else 0.0,
             sliding_window=b.window,
-            attention_groups=(("chunked_local", b.chunk),) if b.chunk else (),
+            attention_groups=(
+                *((("chunked_local", b.chunk),) if b.chunk else ()),
+                *((("mamba", 0),) if b.mamba else ()),
+            ),
         )
         # 0.34 removed the method: a real release has no attribute to call
         self.common_prefix = self.config.features()["common_prefix_blocks"] != "removed"
@@ -373,12 +398,14 @@ class PrefixCacheModel(Model):
             if h is not None:
                 add(Edge("evict_blocks", ([block],)))
         add(Edge("reset_prefix_cache", ()))
+        if b.mamba:
+            add(Edge("new_step_starts", ()))
         if b.bad_inputs:
             add(Edge("free", ("unknown",), readonly=True))
             for r in g.reqs[:1]:
                 add(rejected("allocate_slots", (r.rid, 0)))
             add(rejected("evict_blocks", ([b.blocks],)))
-            stale = [x for x in g.freed if snap.ref_cnts[x] == 0]
+            stale = [x for x in g.freed if snap.ref_cnts[x] == 0 and x]  # not the null block
             if stale:
                 add(rejected("free_blocks", (stale[::-1],)))
         return with_take_events(out, snap.events)
