@@ -209,3 +209,26 @@ def test_the_release_conforms_with_mamba() -> None:
         )  # fmt: skip
         assert r.passed, r.failure
         assert r.coverage["rule:new_step"] > 0
+
+
+# ----------------------------------------------------------------------------- the explorer
+@pytest.mark.parametrize("cls", MANAGERS, ids=["spec", "impl"])
+def test_the_explorer_clone_of_a_mamba_group_is_independent(cls: Manager) -> None:
+    """The explorer's fast clone copies a Mamba group's own bookkeeping (shared containers let
+    one explored branch change another's state: found on the real release, issue 26)."""
+    from proofs.explorer.model_prefix_cache import PrefixCacheBounds, PrefixCacheModel
+    from proofs.explorer.set_clone import deep_key
+
+    bounds = PrefixCacheBounds(variant="r0.34", mamba=True, blocks=6, max_model_len=5)
+    model = PrefixCacheModel("vllm-prefix-cache", cls, "t", bounds)
+    h = model.initial()[1]
+    h.add_request("r0", [0, 1, 0])
+    assert h.schedule("r0", 64, 0) is not None
+    copy = model.clone(h)
+    assert deep_key(copy.m) == deep_key(h.m)
+    mamba = copy.m.coordinator.single_type_managers[1]
+    for name in ("last_state_block_idx", "num_retired_blocks", "allocated_block_reqs",
+                 "cached_blocks_this_step"):  # fmt: skip
+        assert getattr(mamba, name) is not getattr(h.m.coordinator.single_type_managers[1], name)
+    copy.new_step_starts()
+    assert h.m.coordinator.single_type_managers[1].cached_blocks_this_step

@@ -540,6 +540,9 @@ def _clone_harness(h: Any) -> Any:
             r: [bmap[id(b)] for b in bl] for r, bl in single.req_to_blocks.items()
         }
         n_single.num_cached_block = single.num_cached_block.copy()
+        for name in _MAMBA_STATE:  # a Mamba group's per-request and per-step bookkeeping
+            if name in single.__dict__:
+                setattr(n_single, name, getattr(single, name).copy())
         if "null_block" in single.__dict__:  # the impl's window manager keeps its own reference
             n_single.null_block = bmap[id(single.null_block)]
         singles.append(n_single)
@@ -556,6 +559,15 @@ def _clone_harness(h: Any) -> Any:
     n_h.m = n_m
     n_h.requests = {rid: _clone_request(r) for rid, r in h.requests.items()}
     return n_h
+
+
+# a Mamba manager's own containers (of ids, ints and hashes: a shallow copy is a clone)
+_MAMBA_STATE = (
+    "last_state_block_idx",
+    "num_retired_blocks",
+    "allocated_block_reqs",
+    "cached_blocks_this_step",
+)
 
 
 def _shared_config(m: Any) -> dict[int, Any]:
