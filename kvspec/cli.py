@@ -576,13 +576,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these mutants")
     p.add_argument("--component", nargs="+", help="only mutants of these components")
     p.add_argument(
-        "--update-readme", action="store_true", help="write the matrix into README.md's markers"
+        "--update-readme",
+        action="store_true",
+        help="write the matrix (or the corpus table) into docs/mutation.md's markers",
     )
-    p.add_argument("--readme", default="README.md", help=argparse.SUPPRESS)
+    p.add_argument("--readme", default="docs/mutation.md", help=argparse.SUPPRESS)
     p.add_argument(
         "--generic",
         action="store_true",
-        help="cosmic-ray over impl/ with kvspec's tests as the oracle (slow; see README)",
+        help="cosmic-ray over impl/ with kvspec's tests as the oracle (slow; docs/mutation.md)",
     )
     p.add_argument(
         "--module", action="append", metavar="PATH", help="--generic: only this impl module"

@@ -17,8 +17,8 @@ How a bug is run:
 3. the patched tree is loaded as a target (``ENGINE@TREE``, its own module namespace) and every
    chosen checker runs against it; the variant is the release's own (``r0.34`` …).
 
-The unpatched release must conform (it does: README, "Real engines"); so a divergence is the
-re-introduced bug. The registry is ``kvspec/data/corpus/upstream.toml``.
+The unpatched release must conform (it does: docs/getting-started.md, "Real upstream code"); so
+a divergence is the re-introduced bug. The registry is ``kvspec/data/corpus/upstream.toml``.
 """
 
 from __future__ import annotations

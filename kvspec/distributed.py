@@ -14,7 +14,7 @@ Two shapes of work go through here:
 
 Ray workers are other interpreters (their ``hash()`` differs from the driver's): a soak task does
 not depend on it, and the explorer runs in its portable mode there (proofs/explorer/parallel.py).
-Every node of a cluster needs kvspec (and the target's module) importable; README "Soak" shows a
+Every node of a cluster needs kvspec (and the target's module) importable; docs/throughput.md "Soak" shows a
 set-up.
 """
 

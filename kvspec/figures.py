@@ -1,4 +1,4 @@
-"""``kvspec figures``: every ratio and throughput the README reports, measured in one run.
+"""``kvspec figures``: every ratio and throughput the docs report, measured in one run.
 
 Three sections, each a list of JSON records and a Markdown table rendered from them:
 
@@ -10,7 +10,7 @@ Three sections, each a list of JSON records and a Markdown table rendered from t
   edges, states/s, edges/s, peak memory, whether it completed.
 
 ``--update-readme`` replaces the text between ``<!-- figures:SECTION:start -->`` and
-``<!-- figures:SECTION:end -->`` in the README with the rendered table, so the README never shows a
+``<!-- figures:SECTION:end -->`` in docs/figures.md with the rendered table, so the docs never show a
 figure that no run produced. Ratios, not absolute times, are the comparable result (the machines
 here are shared and noisy); the header line says where and when the figures were taken.
 """
@@ -34,7 +34,7 @@ from kvspec.output import replace_marked
 SECTIONS = ("bench", "fuzz", "explore")
 FUZZ_OPS = 200_000
 QUICK_FUZZ_OPS = 20_000
-EXPLORE_SECONDS = 300.0  # per component: the README's "largest scope completed in 5 minutes" bar
+EXPLORE_SECONDS = 300.0  # per component: the docs' "largest scope completed in 5 minutes" bar
 QUICK_EXPLORE_SECONDS = 30.0
 
 
@@ -351,7 +351,7 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "figures",
         help="measure every bench ratio, fuzz and explorer throughput in one run; "
-        "optionally rewrite the README's tables",
+        "optionally rewrite the tables of docs/figures.md",
     )
     p.add_argument(
         "--only",
@@ -371,9 +371,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--update-readme",
         nargs="?",
-        const="README.md",
+        const="docs/figures.md",
         metavar="PATH",
-        help="replace the marked figure tables in PATH (default README.md)",
+        help="replace the marked figure tables in PATH (default docs/figures.md)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_figures)
@@ -381,7 +381,7 @@ def add_parser(subparsers: Any) -> None:
 
 def cmd_figures(args: Any) -> int:
     """0: measured (goals may be missed: the table says so); 1: a divergence or violation was
-    found on the way; 2: could not run (bad arguments, README without markers)."""
+    found on the way; 2: could not run (bad arguments, a page without markers)."""
     from kvspec.output import ERR, OUT, UsageError, emit
 
     sections = [s.strip() for s in args.only.split(",") if s.strip()]

@@ -1,6 +1,6 @@
 """Admission soundness: an inductive invariant of an abstract InfiniLM scheduler, per variant.
 
-The question (README, "Admission soundness"): with no preemption (reference §5.9), can a decode
+The question (docs/formal.md, "Admission soundness"): with no preemption (reference §5.9), can a decode
 step find the pool empty? The lockstep search says no without a PD connector and yes with one.
 Here it is proved (or refuted) for every pool size, page size, prompt and output length.
 

@@ -117,8 +117,8 @@ class UnlockMovesSizesEveryTime(RadixCache):
 
 class NoUnderflowCheck(RadixCache):
     """SGLang 0.5.23's own ``dec_lock_ref``: no check that the node is locked, so a double
-    unlock leaves ``lock_ref = -1`` (kvspec's audit of the real release, README; mllm PR #656's
-    review of a copy of SGLang's cache). Reached by the bad-input alphabet only."""
+    unlock leaves ``lock_ref = -1`` (kvspec's audit of the real release, docs/getting-started.md;
+    mllm PR #656's review of a copy of SGLang's cache). Reached by the bad-input alphabet only."""
 
     def dec_lock_ref(self, node: Any) -> int:
         n, delta = self._known(node), 0

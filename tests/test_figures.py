@@ -15,7 +15,7 @@ import pytest
 from kvspec import components, figures
 from kvspec.cli import main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "figures.md"
 
 DOC: dict[str, Any] = {
     "date": "2026-12-02",
@@ -162,7 +162,7 @@ def test_update_readme_without_markers_writes_nothing(tmp_path: Path) -> None:
     assert readme.read_text() == "no markers here\n"
 
 
-def test_the_project_readme_has_every_marker_pair() -> None:
+def test_the_figures_page_has_every_marker_pair() -> None:
     text = README.read_text()
     for section in figures.SECTIONS:
         start, end = figures.markers(section)
