@@ -127,7 +127,7 @@ class Component:
     def engine(self) -> str | None:
         """The engine whose code this component models (``vllm``, ``sglang``, ``infinilm``): the
         engine of a bare source (``git:REPO@REV``, a wheel, a tree) given as ``--target``."""
-        from kvspec.trees import ENGINES
+        from kvspec.engines.trees import ENGINES
 
         return next((name for name in self.targets if name in ENGINES), None)
 
@@ -391,7 +391,7 @@ _SGLANG_RADIX_API = (
     "protected_size",
     "node_path",
 )
-_VLLM_ADAPTER = "kvspec.vllm_adapter:VllmCPUOffloadingManager"
+_VLLM_ADAPTER = "kvspec.engines.vllm.vllm_adapter:VllmCPUOffloadingManager"
 _OFFLOAD_EXPLORER = ("proofs.explorer:OffloadModel", "proofs.explorer:OffloadBounds")
 
 _BUILTIN: tuple[Component, ...] = (
@@ -490,7 +490,7 @@ _BUILTIN: tuple[Component, ...] = (
         checker="stateful_tests.vllm_prefix_cache:CHECKER",
         variants=PREFIX_CACHE_VARIANTS,
         variant_keyword="free_order",
-        targets={"vllm": "kvspec.vllm_prefix_adapter:VllmKVCacheManager"},
+        targets={"vllm": "kvspec.engines.vllm.vllm_prefix_adapter:VllmKVCacheManager"},
         mutants="stateful_tests.mutants_vllm_prefix:PREFIX_CACHE_MUTANTS",
         explorer=ExplorerPlan(
             "proofs.explorer:PrefixCacheModel",
@@ -511,9 +511,9 @@ _BUILTIN: tuple[Component, ...] = (
         variants=("lru", "fifo", "mru", "unified-lru", "unified-fifo", "unified-mru"),
         variant_keyword="eviction_policy",
         targets={
-            "sglang": "kvspec.sglang_adapter:SglangRadixCache",
-            "sglang-unified": "kvspec.sglang_adapter:SglangUnifiedRadixCache",
-            "sglang-unified-rust": "kvspec.sglang_adapter:SglangUnifiedRustRadixCache",
+            "sglang": "kvspec.engines.sglang.sglang_adapter:SglangRadixCache",
+            "sglang-unified": "kvspec.engines.sglang.sglang_adapter:SglangUnifiedRadixCache",
+            "sglang-unified-rust": "kvspec.engines.sglang.sglang_adapter:SglangUnifiedRustRadixCache",
         },
         mutants="stateful_tests.mutants_sglang:RADIX_CACHE_MUTANTS",
         explorer=ExplorerPlan(

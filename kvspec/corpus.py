@@ -9,7 +9,7 @@ through the same checkers as the kill matrix (``kvspec.kill_matrix``), with well
 
 How a bug is run:
 
-1. the release's CPU import tree is built from its wheel once (:func:`kvspec.trees.tree_for`,
+1. the release's CPU import tree is built from its wheel once (:func:`kvspec.engines.trees.tree_for`,
    cached); the wheel comes from ``$KVSPEC_VLLM_WHEEL`` / ``$KVSPEC_SGLANG_WHEEL`` or is fetched
    with ``pip download <engine>==<release> --no-deps`` into the tree cache;
 2. the tree is copied and the patch applied with ``git apply`` (a patch that no longer applies is
@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvspec import components, trees
+from kvspec import components
+from kvspec.engines import trees
 from stateful_tests.checker import Mutant
 
 DATA = Path(__file__).parent / "data" / "corpus"

@@ -1,7 +1,7 @@
 """The one target loader: ``impl``, ``spec``, a component's extra built-in names, ``mutant:NAME``,
 ``MOD:CLASS``, ``FILE.py:CLASS``, or an engine at a source: ``ENGINE@SOURCE`` (``vllm@git:../vllm@main``,
 ``sglang@/tmp/sglang-0.5.23-….whl``, ``infinilm@/tmp/tree``) or a bare ``SOURCE`` (the component's
-own engine), imported under its own module namespace (:mod:`kvspec.trees`).
+own engine), imported under its own module namespace (:mod:`kvspec.engines.trees`).
 
 A target only needs the upstream API and attribute names (docs/), so the same loader serves
 kvspec's impl, a planted-bug subclass and an engine team's own checkout. What a component's target
@@ -59,7 +59,7 @@ def _load_file(path: Path, class_name: str) -> Any:
 
 def _engine_source(comp: components.Component, text: str) -> tuple[str, str] | None:
     """``(engine target name, source)`` when ``text`` names an engine at a source."""
-    from kvspec import trees
+    from kvspec.engines import trees
 
     name, sep, source = text.partition("@")
     if sep and name in comp.targets and name.partition("-")[0] in trees.ENGINES:
@@ -76,7 +76,7 @@ def _engine_source(comp: components.Component, text: str) -> tuple[str, str] | N
 
 def _load_from_source(comp: components.Component, name: str, source: str) -> Any:
     """The engine target ``name`` of ``comp`` over the engine tree at ``source``."""
-    from kvspec import trees
+    from kvspec.engines import trees
 
     engine = name.partition("-")[0]
     try:

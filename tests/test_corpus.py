@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kvspec import components, corpus, trees
+from kvspec import components, corpus
 from kvspec.cli import main
+from kvspec.engines import trees
 
 BUGS = corpus.load()
 

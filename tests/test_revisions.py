@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kvspec import trees
 from kvspec.cli import main
+from kvspec.engines import trees
 from kvspec.targets import TargetError, load_target
 
 BM = "infinilm-block-manager"
@@ -214,7 +214,7 @@ def test_two_trees_of_the_real_sglang_release_run_side_by_side(
 ) -> None:
     """The release's own RadixCache from its wheel (built into the cache) against the same code
     in a second tree (built by hand): two module namespaces of one engine, no difference."""
-    from kvspec import sglang_standins
+    from kvspec.engines.sglang import sglang_standins
 
     wheel = os.environ["KVSPEC_SGLANG_WHEEL"]
     other = tmp_path / "tree"

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from impl.sglang.radix_cache import RadixCache as ImplCache
-from kvspec import components, sglang_standins
+from kvspec import components
 from kvspec.cli import main
+from kvspec.engines.sglang import sglang_standins
 from spec import invariants as inv
 from spec.errors import (
     DoubleFreeError,
@@ -232,7 +233,7 @@ def test_real_sglang_passes_check_and_fuzz_on_well_formed_inputs(
 
 
 def test_real_sglang_runs_its_own_checkpoint(release: Path) -> None:
-    from kvspec.sglang_adapter import SglangRadixCache
+    from kvspec.engines.sglang.sglang_adapter import SglangRadixCache
 
     real = RadixHarness(SglangRadixCache, Config(size=8, page_size=2))
     spec = RadixHarness(RadixCache, Config(size=8, page_size=2))
@@ -245,7 +246,7 @@ def test_real_sglang_runs_its_own_checkpoint(release: Path) -> None:
 
 
 def test_real_sglang_lock_underflow_leaves_lock_ref_minus_one(release: Path) -> None:
-    from kvspec.sglang_adapter import SglangRadixCache
+    from kvspec.engines.sglang.sglang_adapter import SglangRadixCache
 
     c = SglangRadixCache(8)
     c.insert([1, 2], [1, 2])
@@ -340,7 +341,7 @@ def test_real_unified_cache_is_not_radix_cache(
 
 @pytest.mark.parametrize("backend", ["python", "rust"])
 def test_real_unified_cache_reads_locks_and_paths(backend: str, unified: Path) -> None:
-    from kvspec.sglang_adapter import unified_adapter_class
+    from kvspec.engines.sglang.sglang_adapter import unified_adapter_class
 
     cls = unified_adapter_class(backend)
     c = cls(8)
@@ -370,7 +371,7 @@ def test_real_unified_cache_split_keeps_the_creation_time(backend: str, unified:
     eviction order shows them): after a split, the upper half goes before a younger leaf."""
     import copy
 
-    from kvspec.sglang_adapter import adapter_class, unified_adapter_class
+    from kvspec.engines.sglang.sglang_adapter import adapter_class, unified_adapter_class
 
     for cls, survivor in ((adapter_class(), (1,)), (unified_adapter_class(backend), (3,))):
         c = cls(8, eviction_policy="fifo")

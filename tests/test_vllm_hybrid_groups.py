@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
-from kvspec import components, corpus, trees
+from kvspec import components, corpus
+from kvspec.engines import trees
 from kvspec.targets import load_target
 from spec.errors import InvalidArgument
 from spec.vllm.kv_cache_manager import KVCacheManager as SpecManager

@@ -1,4 +1,4 @@
-"""``--target vllm`` for the GPU prefix cache and ``python -m kvspec.vllm_standins``, without a
+"""``--target vllm`` for the GPU prefix cache and ``python -m kvspec.engines.vllm.vllm_standins``, without a
 vLLM wheel: kvspec's own stand-ins of upstream's modules (an upstream-shaped ``KVCacheManager``
 over the impl, upstream-style digests) show that the adapter builds the manager, hashes with a
 fixed seed, labels digests as kvspec's hashes and picks the installed release; the stand-in
@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
-from kvspec import components, vllm_prefix_adapter, vllm_standins
+from kvspec import components
 from kvspec.cli import main
+from kvspec.engines.vllm import vllm_prefix_adapter, vllm_standins
 from kvspec.targets import TargetError
 
 NAME = "vllm-prefix-cache"

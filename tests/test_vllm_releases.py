@@ -16,7 +16,7 @@ import pytest
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplManager
 from kvspec import components
 from kvspec.cli import main
-from kvspec.vllm_adapter import decode, encode, release_variant
+from kvspec.engines.vllm.vllm_adapter import decode, encode, release_variant
 from spec.vllm.offload_manager import VARIANTS
 from spec.vllm.releases import RELEASES, record_offers, release_keywords, select_store_keys
 from stateful_tests.lockstep import Step

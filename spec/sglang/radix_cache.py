@@ -20,7 +20,7 @@ keeps the lower half's creation time and the lower half is stamped after it), an
 
 The plain API is upstream's method names with plain values in place of upstream's parameter
 objects and tensors (``match_prefix(key)`` for ``match_prefix(MatchPrefixParams(RadixKey(key)))``);
-``kvspec.sglang_adapter`` translates for the real class.
+``kvspec.engines.sglang.sglang_adapter`` translates for the real class.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kvspec.engines.trees import PROCESS, Namespace
 from kvspec.targets import TargetError
-from kvspec.trees import PROCESS, Namespace
 from spec.vllm import Key
 from spec.vllm.offload_manager import (
     CPULoadStoreSpec,
@@ -100,7 +100,9 @@ def release_variant(version: str, releases: Collection[str] = tuple(RELEASES)) -
     return f"r{release}" if release in releases else None
 
 
-UNRELEASED = re.compile(r"\+\d+\.g[0-9a-f]+$")  # kvspec.trees.git_version past a release tag
+UNRELEASED = re.compile(
+    r"\+\d+\.g[0-9a-f]+$"
+)  # kvspec.engines.trees.git_version past a release tag
 
 
 def _release_key(release: str) -> tuple[int, ...]:
@@ -382,8 +384,9 @@ def adapter_class(
 
 
 def __getattr__(name: str) -> Any:
-    """``kvspec.vllm_adapter:VllmCPUOffloadingManager`` (the target loader's ``vllm`` name) imports
-    vLLM only when asked for, raising ``TargetError`` — not ``AttributeError`` — when it cannot."""
+    """``kvspec.engines.vllm.vllm_adapter:VllmCPUOffloadingManager`` (the target loader's ``vllm``
+    name) imports vLLM only when asked for, raising ``TargetError`` — not ``AttributeError`` —
+    when it cannot."""
     if name == "VllmCPUOffloadingManager":
         return target_class(name, PROCESS)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

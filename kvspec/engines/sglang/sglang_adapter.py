@@ -22,7 +22,7 @@ no clock of ours: it stamps nodes from a module-level counter of its own (docs/s
 
 Releases: the version is read from the installed distribution's metadata (``kvspec_version``);
 0.5.x is supported, another release is a one-line ``TargetError``. Without SGLang installed, build
-a CPU import tree from the wheel with ``python -m kvspec.sglang_standins`` and put it on
+a CPU import tree from the wheel with ``python -m kvspec.engines.sglang.sglang_standins`` and put it on
 ``PYTHONPATH``.
 """
 
@@ -41,8 +41,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kvspec.engines.trees import PROCESS, Namespace
 from kvspec.targets import TargetError
-from kvspec.trees import PROCESS, Namespace
 
 SUPPORTED = ("0.5.",)
 
@@ -69,7 +69,7 @@ def installed_version(ns: Namespace = PROCESS) -> str:
     except importlib.metadata.PackageNotFoundError:
         raise TargetError(
             "--target sglang needs SGLang importable (or a CPU tree from "
-            "python -m kvspec.sglang_standins WHEEL DEST on PYTHONPATH)"
+            "python -m kvspec.engines.sglang.sglang_standins WHEEL DEST on PYTHONPATH)"
         ) from None
 
 
@@ -698,7 +698,7 @@ def target_class(name: str, ns: Namespace) -> type:
 
 
 def __getattr__(name: str) -> Any:
-    """``kvspec.sglang_adapter:SglangRadixCache`` (the target loader's ``sglang`` name) and the
+    """``kvspec.engines.sglang.sglang_adapter:SglangRadixCache`` (the target loader's ``sglang`` name) and the
     unified ones import SGLang only when asked for, raising ``TargetError`` — not
     ``AttributeError`` — when it cannot."""
     if name in _NAMES:

@@ -4,9 +4,9 @@ module namespace, so that two revisions of one engine run side by side in one pr
 A *source* is ``git:REPO[@REV]`` (``REV`` defaults to ``HEAD``), a ``*.whl`` file, or a directory
 (an import tree built earlier, or an engine checkout/unpacked wheel to build one from). Sources
 other than an import tree are built into a cached CPU tree (``~/.cache/kvspec/trees``, or
-``$KVSPEC_TREE_CACHE``) by the engine's builder — :mod:`kvspec.vllm_standins`,
-:mod:`kvspec.sglang_standins`, or :func:`build_infinilm` — which copies the modelled upstream files
-verbatim and writes kvspec's stand-ins for the rest.
+``$KVSPEC_TREE_CACHE``) by the engine's builder — :mod:`kvspec.engines.vllm.vllm_standins`,
+:mod:`kvspec.engines.sglang.sglang_standins`, or :func:`build_infinilm` — which copies the
+modelled upstream files verbatim and writes kvspec's stand-ins for the rest.
 
 Why one process with namespaces, not one subprocess per side: the lockstep drivers hand the same
 request objects and node handles to both sides and compare exceptions and snapshots object by
@@ -289,7 +289,7 @@ def build_infinilm(source: Path, dest: Path) -> list[str]:
     if metadata is not None:
         found = re.search(r"^Version: (\S+)", metadata.read_text(), re.M)
         version = found.group(1) if found else version
-    from kvspec import standins_tree
+    from kvspec.engines import standins_tree
 
     standins_tree.write_dist_info(dest, "infinilm", version)
     return copied
@@ -297,11 +297,11 @@ def build_infinilm(source: Path, dest: Path) -> list[str]:
 
 def _builder(engine: str) -> Callable[[Path, Path], list[str]]:
     if engine == "vllm":
-        from kvspec import vllm_standins
+        from kvspec.engines.vllm import vllm_standins
 
         return vllm_standins.build
     if engine == "sglang":
-        from kvspec import sglang_standins
+        from kvspec.engines.sglang import sglang_standins
 
         return sglang_standins.build
     if engine == "infinilm":

@@ -1,4 +1,5 @@
-"""What the import-tree builders (``kvspec.vllm_standins``, ``kvspec.sglang_standins``) share:
+"""What the import-tree builders (``kvspec.engines.vllm.vllm_standins``,
+``kvspec.engines.sglang.sglang_standins``) share:
 reading a release's version, writing the stand-in packages and files, the dist-info that
 ``importlib.metadata`` reads the version from, and the command line."""
 
@@ -61,8 +62,9 @@ def cli(
     build: Callable[[Path, Path], list[str]],
     num_standins: int,
 ) -> int:
-    """``python -m kvspec.DIST_standins SOURCE DEST``: 0 built, 2 (one line on stderr) if not."""
-    prog = f"kvspec.{dist}_standins"
+    """``python -m kvspec.engines.DIST.DIST_standins SOURCE DEST``: 0 built, 2 (one line on
+    stderr) if not."""
+    prog = f"kvspec.engines.{dist}.{dist}_standins"
     parser = argparse.ArgumentParser(
         prog=f"python -m {prog}",
         description=f"Build a CPU-only import tree of {what} from a release wheel.",

@@ -24,7 +24,7 @@ harness three hooks:
 a version no variant models has ``kvspec_variant = None`` and ``kvspec_unknown`` (the one line the
 CLI prints, naming the nearest modelled variant, ``kvspec_nearest``). The variant keywords kvspec passes are
 accepted and ignored: the release decides. Without vLLM installed, build a CPU import tree from a
-wheel with ``python -m kvspec.vllm_standins`` and put it on ``PYTHONPATH``.
+wheel with ``python -m kvspec.engines.vllm.vllm_standins`` and put it on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from kvspec import vllm_adapter
+from kvspec.engines.trees import PROCESS, Namespace
+from kvspec.engines.vllm import vllm_adapter
 from kvspec.targets import TargetError
-from kvspec.trees import PROCESS, Namespace
 from spec.vllm.kv_cache_manager import (
     RELEASES,
     Request,
@@ -190,8 +190,9 @@ def adapter_class(
 
 
 def __getattr__(name: str) -> Any:
-    """``kvspec.vllm_prefix_adapter:VllmKVCacheManager`` (the target loader's ``vllm`` name) imports
-    vLLM only when asked for, raising ``TargetError`` — not ``AttributeError`` — when it cannot."""
+    """``kvspec.engines.vllm.vllm_prefix_adapter:VllmKVCacheManager`` (the target loader's
+    ``vllm`` name) imports vLLM only when asked for, raising ``TargetError`` — not
+    ``AttributeError`` — when it cannot."""
     if name == "VllmKVCacheManager":
         return target_class(name, PROCESS)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
