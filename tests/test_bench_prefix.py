@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from impl.vllm.kv_cache_manager import KVCacheManager as ImplManager
-from kvspec import bench_prefix
+from kvspec.bench import bench_prefix
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,14 @@
-"""The one bench harness: baseline (the spec = legacy algorithm) and impl, same fixture, interleaved.
+"""``kvspec bench``: the one bench harness — baseline (the spec = legacy algorithm) and impl, same
+fixture, interleaved. This package's ``__init__`` is the harness and the suite registry
+(``SUITES``, ``BENCHES``); a suite of its own sits beside it (``bench_prefix``, ``bench_radix``).
 
 Suites: ``reclaim`` and ``usable`` (block manager, PRs #578/#576), ``schedule`` (a whole step,
 PR #579), ``capacity`` (an admission check on PR #576's capacity fixture), ``admission`` (the
 exact-reservation PR: legacy scan, exact-formula scan and incremental counter on one fixture), and
 ``arc`` / ``lru`` (vLLM's CPU offload manager: one batch ``prepare_store`` that evicts half of a full
 cache, vLLM PR #50992's fixture; spec and impl must return the same result or the bench raises),
-``prefix-cache`` (vLLM's GPU prefix cache, :mod:`kvspec.bench_prefix`) and ``radix``
-(SGLang's radix cache, :mod:`kvspec.bench_radix`).
+``prefix-cache`` (vLLM's GPU prefix cache, :mod:`kvspec.bench.bench_prefix`) and ``radix``
+(SGLang's radix cache, :mod:`kvspec.bench.bench_radix`).
 
 Ratios, not absolute times, are the result (``ratio = baseline / impl``): the machines here are
 shared and noisy, so both sides are measured in the same run, round by round, and the median of
@@ -27,8 +29,8 @@ from typing import Any
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from impl.infinilm.scheduler import Scheduler as ImplScheduler
 from impl.vllm.offload_manager import CPUOffloadingManager as ImplOffloadManager
-from kvspec.bench_prefix import bench_prefix_cache
-from kvspec.bench_radix import bench_radix
+from kvspec.bench.bench_prefix import bench_prefix_cache
+from kvspec.bench.bench_radix import bench_radix
 from spec.infinilm.block_manager import BlockManager as SpecBlockManager
 from spec.infinilm.request import InferenceRequest, RequestStatus, SamplingParams
 from spec.infinilm.scheduler import Scheduler as SpecScheduler
