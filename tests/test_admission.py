@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kvspec import cli
+from kvspec import output
 from kvspec.admission import ManifestError, load_manifest, parse_manifest, predict
 from kvspec.cli import main
 
@@ -266,7 +266,7 @@ def test_bad_manifest_exits_2_with_one_line(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli.ERR, "_width", 80)
+    monkeypatch.setattr(output.ERR, "_width", 80)
     path = write(tmp_path, document)
     for extra in ([], ["--json"]):
         rc, out, err = run(capsys, "admission", str(path), *extra)

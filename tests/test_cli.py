@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kvspec import cli
+from kvspec import output
 from kvspec.cli import main
 
 BM = "infinilm-block-manager"
@@ -54,7 +54,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def narrow_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pin the stderr console to 80 columns (a pipe, a CI log): the width must not decide whether a
     message takes one line, and pinning it keeps these tests independent of the terminal."""
-    monkeypatch.setattr(cli.ERR, "_width", 80)
+    monkeypatch.setattr(output.ERR, "_width", 80)
 
 
 def assert_counterexample(cx: Any) -> None:

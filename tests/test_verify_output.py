@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from kvspec import verify
-from kvspec.cli import brief, main, verify_table
+from kvspec.cli import main
+from kvspec.commands.cmd_verify import brief, verify_table
 from kvspec.verify import Stage
 
 LONG = "; ".join(f"variant{i} 5,000 calls at 8,{i}00/s, 21 paths" for i in range(8))
