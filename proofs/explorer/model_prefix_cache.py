@@ -539,10 +539,8 @@ def _clone_harness(h: Any) -> Any:
         n_single.req_to_blocks = {
             r: [bmap[id(b)] for b in bl] for r, bl in single.req_to_blocks.items()
         }
-        n_single.num_cached_block = single.num_cached_block.copy()
-        for name in _MAMBA_STATE:  # a Mamba group's per-request and per-step bookkeeping
-            if name in single.__dict__:
-                setattr(n_single, name, getattr(single, name).copy())
+        for name in _containers(single):
+            setattr(n_single, name, getattr(single, name).copy())
         if "null_block" in single.__dict__:  # the impl's window manager keeps its own reference
             n_single.null_block = bmap[id(single.null_block)]
         singles.append(n_single)
@@ -561,13 +559,22 @@ def _clone_harness(h: Any) -> Any:
     return n_h
 
 
-# a Mamba manager's own containers (of ids, ints and hashes: a shallow copy is a clone)
-_MAMBA_STATE = (
-    "last_state_block_idx",
-    "num_retired_blocks",
-    "allocated_block_reqs",
-    "cached_blocks_this_step",
-)
+_CONTAINERS: dict[type, tuple[str, ...]] = {}
+
+
+def _containers(manager: Any) -> tuple[str, ...]:
+    """A manager class's own containers besides ``req_to_blocks`` (found once per class: its
+    ``__init__`` makes them all): ``num_cached_block``, a Mamba group's bookkeeping. They hold
+    ids, counts and hashes, never blocks (tests/test_vllm_hybrid_groups.py checks every group
+    kind), so a shallow copy is a clone."""
+    names = _CONTAINERS.get(type(manager))
+    if names is None:
+        names = _CONTAINERS[type(manager)] = tuple(
+            name
+            for name, value in manager.__dict__.items()
+            if name != "req_to_blocks" and type(value) in (dict, set)
+        )
+    return names
 
 
 def _shared_config(m: Any) -> dict[int, Any]:
