@@ -221,19 +221,18 @@ class SlidingWindowManager(_LocalManager):
     def find_window_hit(
         self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
     ) -> list[KVCacheBlock]:
-        entries = self.block_pool.cached_block_hash_to_block._cache
-        suffix = self.suffix
+        lookup, suffix = self.block_pool.cached_block_hash_to_block.get_one_block, self.suffix
         need = self.need + eagle
         run = 0
         found: list[KVCacheBlock] = []
         start = -1
         for i in range(max_length // self.block_size - 1, -1, -1):
-            entry = entries.get(block_hashes[i] + suffix)
-            if entry is None:
+            block = lookup(block_hashes[i] + suffix)
+            if block is None:
                 run = 0
                 found.clear()
                 continue
-            found.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))  # type: ignore[union-attr]
+            found.append(block)
             run += 1
             if run >= need:
                 start = i
@@ -264,15 +263,14 @@ class ChunkedLocalAttentionManager(_LocalManager):
     def local_hit(
         self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
     ) -> list[KVCacheBlock]:
-        entries = self.block_pool.cached_block_hash_to_block._cache
-        suffix = self.suffix
+        lookup, suffix = self.block_pool.cached_block_hash_to_block.get_one_block, self.suffix
         start = self.skipped_tokens(max_length) // self.block_size
         hits = [self.null_block] * start
         for i in range(start, max_length // self.block_size):
-            entry = entries.get(block_hashes[i] + suffix)
-            if entry is None:
+            block = lookup(block_hashes[i] + suffix)
+            if block is None:
                 break
-            hits.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))  # type: ignore[union-attr]
+            hits.append(block)
         return hits
 
 
@@ -294,11 +292,10 @@ class MambaManager(_LocalManager):
     def local_hit(
         self, block_hashes: Sequence[BlockHash], max_length: int, eagle: bool
     ) -> list[KVCacheBlock]:
-        entries = self.block_pool.cached_block_hash_to_block._cache
+        lookup, suffix = self.block_pool.cached_block_hash_to_block.get_one_block, self.suffix
         for i in range(max_length // self.block_size - 1, -1, -1):
-            entry = entries.get(block_hashes[i] + self.suffix)
-            if entry is not None:
-                block = entry if type(entry) is KVCacheBlock else next(iter(entry.values()))  # type: ignore[union-attr]
+            block = lookup(block_hashes[i] + suffix)
+            if block is not None:
                 return [self.null_block] * i + [block]
         return []
 
@@ -664,10 +661,8 @@ class KVCacheManager:
             upto = min(total + num_new, request.num_tokens)
             single.cache_blocks(request, upto)
             aligned = upto // bs * bs  # each further group caches up to the hit alignment
-            for m in local:
-                m.cache_blocks(
-                    request, min(upto, aligned + bs) if m.use_eagle and aligned else aligned
-                )
+            for m in local:  # (with EAGLE one block past it: all of upto)
+                m.cache_blocks(request, upto if m.use_eagle and aligned else aligned)
         return KVCacheBlocks(tuple(new)) if any(new) else self.empty_kv_cache_blocks
 
     def _adopt(

@@ -430,15 +430,13 @@ class KVCacheManager:
         new_blocks = tuple(m.allocate_new_blocks(rid, need_slots, num_main) for m in managers)
         if self.enable_caching and not delay_cache_blocks:
             upto = min(total + num_new_tokens, request.num_tokens)
-            # several groups: each caches up to the hit alignment (a block; with EAGLE one
-            # block past it), which only a Mamba group's reusable-state rule can tell apart
+            # several groups: each caches up to the hit alignment, a block (with EAGLE up to one
+            # block past it, min(upto, aligned + block_size): all of upto, which is short of
+            # that); only a Mamba group's reusable-state rule can tell the two apart
             aligned = upto // self.block_size * self.block_size
             for m in managers:
-                eagle = m.use_eagle and aligned > 0
-                cacheable = upto if len(managers) == 1 or eagle else aligned
-                m.cache_blocks(
-                    request, min(upto, aligned + self.block_size) if eagle else cacheable
-                )
+                whole = len(managers) == 1 or (m.use_eagle and aligned > 0)
+                m.cache_blocks(request, upto if whole else aligned)
         return self.create_kv_cache_blocks(new_blocks)
 
     def _validate(
