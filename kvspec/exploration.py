@@ -92,8 +92,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--max-states",
         type=int,
-        default=1_000_000,
-        help="stop at N distinct states (memory bound; default 1,000,000)",
+        help="stop at N distinct states (default: no bound but --max-memory)",
+    )
+    p.add_argument(
+        "--max-memory",
+        type=float,
+        metavar="MB",
+        help=(
+            "stop when the search's processes hold more than MB resident, split evenly between "
+            "them (default: 75%% of the memory available when the search starts)"
+        ),
     )
     p.add_argument("--time-limit", type=float, help="stop after S seconds")
     p.add_argument(
@@ -173,6 +181,7 @@ def explore_component(
     overrides: Mapping[str, Any] | None = None,
     depth: int | None = None,
     max_states: int | None = 1_000_000,
+    max_memory_mb: float | None = None,
     deadline: float | None = None,
     progress: Callable[[str, int, int, int], None] | None = None,
     save_dir: Any = None,
@@ -204,6 +213,7 @@ def explore_component(
         options=comp.fixed_options,
         depth=depth,
         max_states=max_states,
+        max_memory_mb=max_memory_mb,
         deadline=deadline,
         progress=progress,
         save_dir=save_dir,
@@ -235,6 +245,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
             raise UsageError(f"{option} must be at least 1, got {value}")
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError(f"--time-limit must be positive, got {args.time_limit}")
+    if args.max_memory is not None and args.max_memory <= 0:
+        raise UsageError(f"--max-memory must be positive, got {args.max_memory}")
+    max_memory = args.max_memory if args.max_memory is not None else default_memory_mb()
     if args.plot:
         from kvspec import plots
 
@@ -275,6 +288,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
                 overrides=overrides,
                 depth=args.depth,
                 max_states=args.max_states,
+                max_memory_mb=max_memory,
                 deadline=deadline,
                 progress=update,
                 save_dir=TRACE_DIR,
@@ -306,6 +320,19 @@ def cmd_explore(args: argparse.Namespace) -> int:
     else:
         _print(document)
     return 0 if result.passed else 1
+
+
+def default_memory_mb() -> float | None:
+    """75% of the memory available now (``MemAvailable``), ``None`` where the system does not
+    say (no bound but the others)."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return round(int(line.split()[1]) / 1024 * 0.75)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _ray_backend(
@@ -357,6 +384,7 @@ def _print(document: dict[str, Any]) -> None:
     _print_coverage(document.get("coverage"))
     for r in document["runs"]:
         OUT.print(f"{r['variant'] or document['component']}: {r['message']}")
+    OUT.print(cost_line(document))
     if document.get("plot"):
         OUT.print(f"plot: {document['plot']}")
     for v in document["violations"]:
@@ -377,6 +405,19 @@ def _print(document: dict[str, Any]) -> None:
         f"{document['workers']} worker{'s' if document['workers'] > 1 else ''})"
         + ("" if document["complete"] or document["violations"] else " — INCOMPLETE")
     )
+
+
+def cost_line(document: Mapping[str, Any]) -> str:
+    """The floor (calls' own seconds against the rest) and, on workers, the parallel
+    efficiency, as one console line."""
+    f = document["floor"]
+    line = (
+        f"cost: {f['call_seconds']:,.1f} s inside spec and target calls, {f['rest_seconds']:,.1f} s "
+        f"the rest ({f['rest_over_calls']:.2f} per call-second; goal <= 0.50)"
+    )
+    if document.get("parallel_efficiency") is not None:
+        line += f"; parallel efficiency {document['parallel_efficiency']:.0%}"
+    return line
 
 
 def _print_coverage(cov: dict[str, Any] | None) -> None:

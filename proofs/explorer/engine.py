@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Hashable
+from time import perf_counter
 from typing import Any
 
 from spec.errors import KvspecError
@@ -39,6 +40,12 @@ from stateful_tests.lockstep import (
 SELF = -1  # memo: a self-loop (neither the pair nor the generator model changes)
 DROP = -2  # memo: a "bad" input the spec accepted (compared, not followed)
 SELF_HIT = (SELF, None, False)
+
+# Seconds spent inside the spec's and the target's own methods in this process (the explorer's
+# floor: what is left of a search if its bookkeeping cost nothing). One accumulator per
+# process; a search reads it before and after (forked workers inherit the parent's value and
+# report their own difference).
+CALL_CLOCK = [0.0]
 
 # (edge index, pair id, gen id, objects or None)
 Successor = tuple[int, int, int, tuple[Any, Any, Any] | None]
@@ -71,6 +78,9 @@ class Expander:
         # answers them from its snapshot alone: ``Model.spec_readonly_by_snapshot``)
         self.by_snapshot = bool(getattr(model, "spec_readonly_by_snapshot", False))
         self.spec_answers: dict[int, dict[int, Any]] = {}
+        # one Outcome object per distinct answer (most snapshots answer a query alike, and an
+        # exception with its message is most of a remembered answer's memory)
+        self.outcomes: dict[Hashable, Outcome] = {}
         # snapshot fingerprint -> pair id, for models whose pair key is a function of the snapshot
         # (``Model.key_from_snapshot``: offload's renaming of keys is computed once per snapshot)
         self.by_snap: dict[int, int] | None = {} if model.key_from_snapshot else None
@@ -131,6 +141,7 @@ class Expander:
             self.edge_cache.clear()
         if len(self.spec_answers) > 200_000:
             self.spec_answers.clear()
+            self.outcomes.clear()
         if self.by_snap is not None and len(self.by_snap) > 2_000_000:
             self.by_snap.clear()
 
@@ -319,12 +330,15 @@ class Expander:
             if s_out is None:
                 if spec is None:
                     spec = self.dup(spec_p)
+                t0 = perf_counter()
                 s_out = fresh[ident] = _call(spec, edge)
+                CALL_CLOCK[0] += perf_counter() - t0
             s_exc = s_out.raised
             if edge.bad and s_exc is None:
                 return False, None  # a bad input the spec accepted: the exact path follows it
             # the target's call, compared without an Outcome where it agrees in the cheap way
             # (same exception class, or an equal return value; list arguments alike after)
+            t0 = perf_counter()
             if edge.lists:
                 args = [list(a) if type(a) is list else a for a in edge.args]
                 try:
@@ -342,6 +356,7 @@ class Expander:
                     exc.__traceback__ = None
                     returned, raised = None, exc
                 after = []
+            CALL_CLOCK[0] += perf_counter() - t0
             if (
                 (type(raised) is not type(s_exc) if s_exc is not None else raised is not None)
                 or (s_exc is None and returned != s_out.returned)
@@ -362,7 +377,9 @@ class Expander:
         if self.by_snapshot and fresh:
             if answers is None:
                 answers = self.spec_answers[sfp] = {}
-            answers.update(fresh)
+            one = self.outcomes.setdefault
+            for ident, out in fresh.items():
+                answers[ident] = one(_answer_key(out), out)
         if memo is not None:
             base = pid << 32
             for row in edges:
@@ -428,8 +445,11 @@ class _Run:
 
     def __init__(self, model: Any, edge: Any, spec: Any, target: Any, snap: Any, gen: Any):
         self.spec, self.target, self.gen = spec, target, gen
+        t0 = perf_counter()
         self.s_out = s_out = _call(spec, edge)
+        t1 = perf_counter()
         self.t_out = t_out = _call(target, edge)
+        CALL_CLOCK[0] += perf_counter() - t1 + (t1 - t0)
         self.after = None
         s_exc, t_exc = s_out.raised, t_out.raised
         # the cheap agreement first (one exception class, or equal values): compare_outcomes only
@@ -476,6 +496,19 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+def _answer_key(out: Outcome) -> Hashable:
+    """What every comparison reads of a spec outcome (the exception's class and text, the
+    returned value, the list arguments after), as one hashable value: outcomes with one key are
+    interchangeable."""
+    exc = out.raised
+    return (
+        None if exc is None else (type(exc), str(exc), repr(exc.args)),
+        type(out.returned),
+        repr(out.returned),  # (repr, not ==: True and 1 are equal and stay apart here)
+        repr(out.args_after),
+    )
+
+
 def _state_invariants(model: Any, target_snap: Any) -> Check | None:
     for name, predicate in model.state_invariants.items():
         problem = predicate(target_snap)
@@ -520,3 +553,16 @@ def peak_mb() -> float:
 
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return float(own) / (1 << 20 if sys.platform == "darwin" else 1 << 10)
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (``/proc/self/statm``; the peak where Linux has
+    no such file)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return peak_mb()
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE") / (1 << 20)

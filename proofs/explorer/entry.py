@@ -192,6 +192,15 @@ class Exploration:
             "transferred_states": sum(r.transferred_states for r in results),
             "replayed_paths": sum(r.replayed_paths for r in results),
             "states_per_depth": [sum(col) for col in zip_longest(*depths, fillvalue=0)],
+            "expanded_per_depth": [
+                sum(col)
+                for col in zip_longest(*(r.expanded_per_depth for r in results), fillvalue=0)
+            ],
+            "floor": _floor(results),
+            "cpu_seconds": round(sum(r.cpu_seconds for r in results), 3),
+            "parallel_efficiency": _efficiency(results),
+            "max_memory_mb": results[0].max_memory_mb if results else None,
+            "stopped_by": next((r.stopped_by for r in results if r.stopped_by), None),
             "complete": bool(results) and all(r.complete for r in results),
             "violations": violations,
             "coverage": self.coverage(),
@@ -200,6 +209,22 @@ class Exploration:
                 for (v, r), c in zip(self.runs, self.configs, strict=True)
             ],
         }
+
+
+def _floor(results: Sequence[ExploreResult]) -> dict[str, float]:
+    """The floor of several searches together (see :attr:`ExploreResult.floor`)."""
+    total = ExploreResult("", "", {})
+    total.call_seconds = sum(r.call_seconds for r in results)
+    total.cpu_seconds = sum(r.cpu_seconds for r in results)
+    return total.floor
+
+
+def _efficiency(results: Sequence[ExploreResult]) -> float | None:
+    """The parallel efficiency of several searches on workers together (their CPU seconds over
+    workers x wall seconds), ``None`` in one process."""
+    runs = [r for r in results if r.parallel_efficiency is not None]
+    wall = sum(r.workers * r.seconds for r in runs)
+    return round(sum(sum(r.worker_cpu_seconds) for r in runs) / wall, 3) if wall else None
 
 
 def run(
@@ -214,6 +239,7 @@ def run(
     options: Mapping[str, Any] | None = None,
     depth: int | None = None,
     max_states: int | None = 1_000_000,
+    max_memory_mb: float | None = None,
     deadline: float | None = None,
     progress: Callable[[str, int, int, int], None] | None = None,
     save_dir: Path | None = None,
@@ -257,6 +283,7 @@ def run(
             model,
             depth=depth,
             max_states=max_states,
+            max_memory_mb=max_memory_mb,
             deadline=deadline,
             progress=report,
             save_dir=save_dir,

@@ -44,7 +44,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from proofs.explorer.engine import Expander, peak_mb
+from proofs.explorer import engine
+from proofs.explorer.engine import Expander, peak_mb, rss_mb
 from proofs.explorer.set_clone import NotPortable, exact_ready
 from stateful_tests.lockstep import Check, invoke
 
@@ -190,6 +191,9 @@ class _Worker:
         # addresses of shared objects agree there); a portable search sends paths
         self.exact = not portable and exact_ready()
         self.transferred = self.replayed = 0
+        self.expanded = 0  # frontier states expanded in the last layer
+        # this worker's own clocks (the floor and the parallel efficiency)
+        self.cpu0, self.calls0 = time.process_time(), engine.CALL_CLOCK[0]
 
     def accept(
         self, fp: int, path: Path, pid: int, gid: int, objects: tuple[Any, Any, Any]
@@ -207,8 +211,11 @@ class _Worker:
             self.kept.add(pid)
         return problem
 
-    def expand(self, deadline: float | None) -> tuple[Any, ...]:
+    def expand(self, deadline: float | None, memory: float | None = None) -> tuple[Any, ...]:
+        """This worker's frontier, or the part of it before ``deadline`` or before it holds more
+        than ``memory`` MB resident."""
         exp, n, wid = self.exp, self.n, self.wid
+        self.expanded = 0
         outgoing: list[list[int]] = [[] for _ in range(n)]  # offers by fingerprint, per owner
         offers = self.offers = {}
         fps, routes = exp.pair_fps, self.routes
@@ -220,6 +227,9 @@ class _Worker:
         for done, (path, pid, gid) in enumerate(self.frontier):
             if deadline is not None and time.perf_counter() > deadline:
                 return ("deadline", outgoing, len(self.frontier) - done)
+            if memory is not None and not done & 255 and rss_mb() > memory:
+                return ("max_memory", outgoing, len(self.frontier) - done)
+            self.expanded += 1
             left[pid] -= 1
             successors, found = exp.expand(pid, gid, not left[pid] and pid not in kept)
             if found is not None:
@@ -318,6 +328,9 @@ class _Worker:
             self.transferred,
             self.replayed,
             sorted(exp.methods),
+            self.expanded,
+            time.process_time() - self.cpu0,
+            engine.CALL_CLOCK[0] - self.calls0,
         )
 
 
@@ -326,15 +339,16 @@ def explore_layers(
     result: Any,
     start: tuple[int, Any],
     workers: int,
-    depth: int | None,
-    max_states: int | None,
-    deadline: float | None,
+    limits: Any,
     progress: Callable[[int, int, int], None] | None,
     backend: Backend | None = None,
 ) -> tuple[tuple[list[int], Check] | None, str | None, int]:
     """The layer-synchronous search on ``workers`` processes; the same contract as the serial
     loop (counterexample, stop reason, states left unexpanded). ``max_states`` is checked at
-    layer boundaries and per worker share (the count may pass it by less than one layer)."""
+    layer boundaries and per worker share (the count may pass it by less than one layer); the
+    memory bound is split evenly between the workers and the coordinator."""
+    depth, max_states, deadline = limits.depth, limits.max_states, limits.deadline
+    memory = limits.memory_share(workers + 1)
     share = None if max_states is None else -(-max_states // workers)
     model, well_formed, memo = exp.model, exp.well_formed, exp.use_memo  # what a worker needs
     pool = backend or ProcessBackend()
@@ -355,7 +369,7 @@ def explore_layers(
                 if share is not None and len(me.seen) >= share:
                     conn.send(("full", [[] for _ in range(n)], len(me.frontier)))
                 else:
-                    conn.send(me.expand(message[1]))
+                    conn.send(me.expand(message[1], memory))
             elif message[0] == "wanted":
                 conn.send(me.wanted(message[1]))
             elif message[0] == "pack":
@@ -371,9 +385,11 @@ def explore_layers(
     layer = 0
     totals = (1, 1)  # (states, frontier)
     result.states_per_depth = [1]
+    result.expanded_per_depth = []
     stop: str | None = None
     left = 0
     found: tuple[list[int], Check] | None = None
+    worker_calls = 0.0
     try:
         while True:
             if depth is not None and layer >= depth:
@@ -428,13 +444,17 @@ def explore_layers(
             result.replayed_paths = sum(r[8] for r in oks)
             result.operations = sorted({m for r in oks for m in r[9]})
             result.distinct_states = totals[0]
+            result.expanded_per_depth.append(sum(r[10] for r in oks))
+            result.worker_cpu_seconds = [r[11] for r in oks]
+            worker_calls = sum(r[12] for r in oks)
             if totals[1]:
                 result.max_depth = layer + 1
             layer += 1
             if progress is not None:
                 progress(totals[0], result.edges, layer)
-            if any(r[0] == "deadline" for r in replies):
-                stop, left = "deadline", totals[1] + sum(r[2] for r in replies)
+            cut = [r[0] for r in replies if r[0] in ("deadline", "max_memory")]
+            if cut:
+                stop, left = cut[0], totals[1] + sum(r[2] for r in replies)
                 break
             if any(r[0] == "full" for r in replies) or (
                 max_states is not None and totals[0] >= max_states
@@ -450,4 +470,6 @@ def explore_layers(
         result.distinct_snapshots = len(observed)
     finally:
         pool.close()
+    result.cpu_seconds += sum(result.worker_cpu_seconds)
+    result.call_seconds += worker_calls
     return found, stop, left

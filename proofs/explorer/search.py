@@ -18,8 +18,13 @@ checked against every invariant, under the names of ``spec/invariants.py``.
   path is rebuilt from parent pointers (:func:`rebuild`), replayed by the component's own
   checker, printed as a numbered step table and saved as a ``kvspec-trace/1`` document that
   ``kvspec replay`` re-runs.
-* **Bounds**: ``max_states`` bounds memory, ``depth`` the path length and a deadline the time;
-  any of them stopping the search makes the result ``complete: false`` and says so.
+* **Bounds**: ``max_states`` the states, ``max_memory_mb`` the resident memory (checked as
+  the search goes, every process), ``depth`` the path length and a deadline the time; any of
+  them stopping the search makes the result ``complete: false`` and says which, and how far each
+  depth got (``expanded_per_depth`` against ``states_per_depth``).
+* **The floor**: the seconds spent inside the spec's and the target's own methods are measured
+  (``call_seconds``) against the CPU seconds of the whole search: what the explorer adds on top
+  of running both sides is ``floor["rest_over_calls"]``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from proofs.explorer.engine import Expander, _freeze, _state_invariants, peak_mb
+from proofs.explorer import engine
+from proofs.explorer.engine import Expander, _freeze, _state_invariants, peak_mb, rss_mb
 from proofs.explorer.set_clone import clone, cloner_ready, exact_dumps, exact_loads
 from stateful_tests.checker import SPEC
 from stateful_tests.lockstep import (
@@ -302,7 +308,8 @@ class ExploreResult:
     max_depth: int = 0
     seconds: float = 0.0
     complete: bool = False
-    stopped_by: str | None = None  # None (exhausted) | depth | max_states | deadline | violation
+    # None (exhausted) | depth | max_states | max_memory | deadline | violation
+    stopped_by: str | None = None
     message: str = ""
     violations: list[Violation] = field(default_factory=list)
     dropped_edges: int = 0  # bad inputs the spec accepted (compared, not followed)
@@ -319,6 +326,35 @@ class ExploreResult:
     states_per_depth: list[int] = field(default_factory=list)
     # the operations (edge methods) offered by some expanded state, sorted
     operations: list[str] = field(default_factory=list)
+    # states expanded at each depth (index 0: the initial state): equal to states_per_depth
+    # up to the last depth reached, less at a depth a stop cut short
+    expanded_per_depth: list[int] = field(default_factory=list)
+    max_memory_mb: float | None = None  # the memory bound the search ran under
+    # the floor: seconds inside the spec's and the target's own methods, and the CPU seconds of
+    # every process of the search (workers and coordinator) in all
+    call_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    worker_cpu_seconds: list[float] = field(default_factory=list)  # --workers: each worker's
+
+    @property
+    def floor(self) -> dict[str, float]:
+        """The explorer's cost against the calls' own: ``rest_over_calls`` is the CPU seconds
+        not spent inside a spec or target method per second that is (goal: at most 0.5)."""
+        rest = max(self.cpu_seconds - self.call_seconds, 0.0)
+        return {
+            "call_seconds": round(self.call_seconds, 3),
+            "rest_seconds": round(rest, 3),
+            "rest_over_calls": round(rest / self.call_seconds, 2) if self.call_seconds else 0.0,
+        }
+
+    @property
+    def parallel_efficiency(self) -> float | None:
+        """``--workers``: the workers' CPU seconds over workers x wall seconds (1.0: every
+        worker busy all the time; the layer barriers, transfers and the coordinator's share
+        lower it). ``None`` for a search in one process."""
+        if self.workers < 2 or self.seconds <= 0 or not self.worker_cpu_seconds:
+            return None
+        return round(sum(self.worker_cpu_seconds) / (self.workers * self.seconds), 3)
 
     @property
     def passed(self) -> bool:
@@ -351,7 +387,13 @@ class ExploreResult:
             "replayed_paths": self.replayed_paths,
             "reductions": self.reductions,
             "states_per_depth": self.states_per_depth,
+            "expanded_per_depth": self.expanded_per_depth,
             "operations": self.operations,
+            "floor": self.floor,
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "worker_cpu_seconds": [round(c, 3) for c in self.worker_cpu_seconds],
+            "parallel_efficiency": self.parallel_efficiency,
+            "max_memory_mb": self.max_memory_mb,
             "complete": self.complete,
             "stopped_by": self.stopped_by,
             "message": self.message,
@@ -374,6 +416,7 @@ def explore(
     workers: int = 1,
     memo: bool = True,
     backend: Callable[[], Any] | None = None,
+    max_memory_mb: float | None = None,
 ) -> ExploreResult:
     """Breadth-first search of ``model`` from its initial state (``inputs="well-formed"``: the
     bad-input edges are left out; ``workers``: processes sharing each layer, on a new
@@ -383,12 +426,15 @@ def explore(
     Stops at the first violation (the shortest counterexample; it is rebuilt, replayed with the
     component's checker and saved under ``save_dir`` if given), when the reachable states within
     the bounds are exhausted (``complete``), after ``depth`` layers, at ``max_states`` distinct
-    states, or at ``deadline`` (a ``time.perf_counter()`` value).
+    states, when a process of the search holds more than its share of ``max_memory_mb`` resident
+    (``max_memory``), or at ``deadline`` (a ``time.perf_counter()`` value).
     """
     cloner_ready()
     started = time.perf_counter()
+    cpu0, calls0 = time.process_time(), engine.CALL_CLOCK[0]
     result = ExploreResult(model.component, model.target, model.bounds())
     result.workers = workers
+    result.max_memory_mb = max_memory_mb
     exp = Expander(model, well_formed=inputs == "well-formed", memo=memo)
     reader = model.reader
     spec0, target0, gen0 = model.initial()
@@ -406,11 +452,20 @@ def explore(
     gc.disable()  # the expander collects the young generation itself (Expander.expand)
     try:
         found, stop, unexpanded = _search(
-            exp, result, (pid0, gen0), workers, depth, max_states, deadline, progress, backend
+            exp,
+            result,
+            (pid0, gen0),
+            workers,
+            Limits(depth, max_states, deadline, max_memory_mb),
+            progress,
+            backend,
         )
     finally:
         if collecting:
             gc.enable()
+    # this process's own share (the workers' shares were added by the parallel search)
+    result.cpu_seconds += time.process_time() - cpu0
+    result.call_seconds += engine.CALL_CLOCK[0] - calls0
     result.edges = result.edges or exp.edges  # the workers' sums, or this process's counts
     result.executed_calls = result.executed_calls or exp.executed
     result.dropped_edges = result.dropped_edges or exp.dropped
@@ -429,14 +484,27 @@ def explore(
     return result
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What stops a search early: ``depth`` layers, ``max_states`` distinct states, a
+    ``deadline`` (``time.perf_counter()``), ``max_memory_mb`` resident over all its processes."""
+
+    depth: int | None = None
+    max_states: int | None = None
+    deadline: float | None = None
+    max_memory_mb: float | None = None
+
+    def memory_share(self, processes: int) -> float | None:
+        """One process's share of the memory bound."""
+        return None if self.max_memory_mb is None else self.max_memory_mb / processes
+
+
 def _search(
     exp: Expander,
     result: ExploreResult,
     start: tuple[int, Any],
     workers: int,
-    depth: int | None,
-    max_states: int | None,
-    deadline: float | None,
+    limits: Limits,
     progress: Progress | None,
     backend: Callable[[], Any] | None = None,
 ) -> tuple[tuple[list[int], Check] | None, str | None, int]:
@@ -444,10 +512,8 @@ def _search(
         from proofs.explorer.parallel import explore_layers
 
         pool = None if backend is None else backend()
-        return explore_layers(
-            exp, result, start, workers, depth, max_states, deadline, progress, pool
-        )
-    return _serial(exp, result, start, depth, max_states, deadline, progress)
+        return explore_layers(exp, result, start, workers, limits, progress, pool)
+    return _serial(exp, result, start, limits, progress)
 
 
 Layer = tuple[list[tuple[int, int, Any]], int]
@@ -457,15 +523,15 @@ def _serial(
     exp: Expander,
     result: ExploreResult,
     start: tuple[int, Any],
-    depth: int | None,
-    max_states: int | None,
-    deadline: float | None,
+    limits: Limits,
     progress: Progress | None,
 ) -> tuple[tuple[list[int], Check] | None, str | None, int]:
     """Layer by layer in this process: (counterexample path and check, stop reason, states left
     unexpanded). Visited states are (pair id, gen id) packed into one int: pairs are numbered by
     the 64-bit fingerprints of their keys, as TLC does, and generator models interned."""
     model = exp.model
+    depth, max_states, deadline = limits.depth, limits.max_states, limits.deadline
+    memory = limits.memory_share(1)
     pid0, gen0 = start
     gid0 = exp.gid(gen0)
     # a state is (pair id, gen id): its key packs both, exactly (no fingerprint collisions here)
@@ -475,9 +541,10 @@ def _serial(
     via = array("l", [-1])  # state id -> index of the edge from the parent
     frontier: list[tuple[int, int, int]] = [(0, pid0, gid0)]
     result.states_per_depth = per_depth = [1]
+    result.expanded_per_depth = expanded = []
     layer = unexpanded = 0
     stop: str | None = None
-    last_report = 0.0
+    last_report = last_check = 0.0
     gens = exp.gens
     while frontier:
         if depth is not None and layer >= depth:
@@ -486,8 +553,10 @@ def _serial(
         nxt: list[tuple[int, int, int]] = []
         left = Counter(pid for _, pid, _ in frontier)  # frontier states still to use each pair
         kept: set[int] = set()  # pairs of the next frontier (they keep their objects)
+        expanded.append(0)
         for position, (sid, pid, gid) in enumerate(frontier):
             left[pid] -= 1
+            expanded[-1] += 1
             successors, found = exp.expand(pid, gid, not left[pid] and pid not in kept)
             if found is None:
                 for index, succ, g, objects in successors:
@@ -516,10 +585,16 @@ def _serial(
                 result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
                 per_depth.extend([len(nxt)] if nxt else [])
                 return ([*_path(parent, via, sid), *found[0]], found[1]), None, 0
-            if stop is None and deadline is not None and time.perf_counter() > deadline:
-                stop = "deadline"
+            if stop is None and (deadline is not None or memory is not None):
+                now = time.perf_counter()
+                if deadline is not None and now > deadline:
+                    stop = "deadline"
+                elif memory is not None and now - last_check > 0.1:
+                    last_check = now
+                    if rss_mb() > memory:
+                        stop = "max_memory"
             if stop is not None:
-                unexpanded = len(frontier) - position - (stop == "deadline") + len(nxt)
+                unexpanded = len(frontier) - position - (stop != "max_states") + len(nxt)
                 break
             if progress is not None and time.perf_counter() - last_report > 0.25:
                 last_report = time.perf_counter()
@@ -544,21 +619,40 @@ def _path(parent: array, via: array, sid: int) -> list[int]:  # type: ignore[typ
 
 def _message(result: ExploreResult, depth: int | None, max_states: int | None, left: int) -> str:
     if result.stopped_by == "max_states":
-        return (
-            f"stopped at --max-states {max_states:,}: every explored state holds, but the search is "
-            f"incomplete ({left:,} states left in the frontier); raise --max-states or tighten "
-            "the bounds"
-        )
-    if result.stopped_by == "depth":
+        why = f"stopped at --max-states {max_states:,}"
+        advice = "raise --max-states or tighten the bounds"
+    elif result.stopped_by == "depth":
         return (
             f"stopped at --depth {depth}: every state within {depth} calls holds; "
             f"{left:,} states at depth {depth} were not expanded (incomplete)"
         )
-    if result.stopped_by == "deadline":
-        return "stopped at the time budget: incomplete"
+    elif result.stopped_by == "deadline":
+        why, advice = "stopped at the time budget", "raise --time-limit or tighten the bounds"
+    elif result.stopped_by == "max_memory":
+        why = f"stopped at the memory bound ({result.max_memory_mb:,.0f} MB resident)"
+        advice = "raise --max-memory or tighten the bounds"
+    else:
+        return (
+            f"complete: all {result.distinct_states:,} reachable states within the bounds were "
+            f"explored (longest shortest path {result.max_depth} calls)"
+        )
     return (
-        f"complete: all {result.distinct_states:,} reachable states within the bounds were "
-        f"explored (longest shortest path {result.max_depth} calls)"
+        f"{why}: every explored state holds, but the search is incomplete ({left:,} states "
+        f"reached and not expanded; {how_far(result)}); {advice}"
+    )
+
+
+def how_far(result: ExploreResult) -> str:
+    """How far a stopped search got: the last depth it expanded, in part or whole."""
+    done, reached = result.expanded_per_depth, result.states_per_depth
+    if not done:
+        return "nothing expanded"
+    d = len(done) - 1
+    total = reached[d] if d < len(reached) else done[d]
+    return (
+        f"depth {d} expanded {done[d]:,} of {total:,} states, depths 0-{d - 1} in full"
+        if d
+        else f"depth 0 expanded {done[0]:,} of {total:,}"
     )
 
 
