@@ -362,6 +362,7 @@ def test_cli_counterexample_is_saved_and_kvspec_replay_fails_the_same_way(
         ([BM, "--pages", "9"], "pages must be in [1, 8]"),
         ([BM, "--target", "mutant:no_such_bug"], "no mutant"),
         ([BM, "--max-states", "0"], "--max-states must be at least 1"),
+        ([BM, "--max-memory", "0"], "--max-memory must be positive"),
     ],
 )
 def test_cli_could_not_run_is_one_line_and_exit_2(
