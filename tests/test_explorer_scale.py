@@ -15,8 +15,7 @@ import pytest
 
 from impl.infinilm.block_manager import BlockManager as ImplBlockManager
 from kvspec.cli import main
-from proofs.explorer import BlockManagerBounds, BlockManagerModel, explore
-from proofs.explorer import engine
+from proofs.explorer import BlockManagerBounds, BlockManagerModel, engine, explore
 from stateful_tests.lockstep import Outcome
 
 BM = "infinilm-block-manager"
