@@ -144,6 +144,8 @@ def measure_explore(
                 "edges_per_second": doc.get("edges_per_second", 0),
                 "peak_memory_mb": doc.get("peak_memory_mb", 0.0),
                 "workers": doc.get("workers", 1),
+                # the floor: CPU seconds outside the two sides' methods per second inside them
+                "rest_over_calls": doc.get("floor", {}).get("rest_over_calls"),
                 # the same search on two worker processes
                 "two_workers": {
                     "complete": bool(two.get("complete")),
@@ -153,6 +155,7 @@ def measure_explore(
                     "transferred_states": two.get("transferred_states", 0),
                     "replayed_paths": two.get("replayed_paths", 0),
                     "peak_memory_mb": two.get("peak_memory_mb", 0.0),
+                    "parallel_efficiency": two.get("parallel_efficiency"),
                 },
             }
         )
@@ -266,6 +269,12 @@ def _bounds(bounds: Mapping[str, Any]) -> str:
     )
 
 
+def _rest(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.2f}" if value <= 0.5 else f"**{value:.2f}**"
+
+
 def render_explore(doc: Mapping[str, Any]) -> str:
     lines = [
         _header(
@@ -275,17 +284,21 @@ def render_explore(doc: Mapping[str, Any]) -> str:
         ),
         "",
         "| component | variant | default scope | complete | distinct states | edges | states/s "
-        "| edges/s | peak memory | time | time, 2 workers | speed-up |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| edges/s | peak memory | time | rest per call-second (goal ≤ 0.5) | time, 2 workers "
+        "| speed-up | parallel efficiency |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["explore"]:
         done = "yes" if r["complete"] else "**no** (time limit)"
         if not r["passed"]:
             done += ", **violation**"
         two = r.get("two_workers")
+        efficiency = "—"
         if two is None:
             parallel = ratio = "—"
         else:
+            if two.get("parallel_efficiency") is not None:
+                efficiency = f"{two['parallel_efficiency']:.0%}"
             parallel = f"{two['seconds']:,.1f} s"
             if not two["complete"]:
                 parallel += " (**incomplete**)"
@@ -298,7 +311,7 @@ def render_explore(doc: Mapping[str, Any]) -> str:
             f"| `{r['component']}` | {r.get('variant') or '—'} | {_bounds(r['bounds'])} | {done} | "
             f"{r['distinct_states']:,} | {r['edges']:,} | {r['states_per_second']:,} | "
             f"{r['edges_per_second']:,} | {r['peak_memory_mb']:,.0f} MB | {r['seconds']:,.1f} s | "
-            f"{parallel} | {ratio} |"
+            f"{_rest(r.get('rest_over_calls'))} | {parallel} | {ratio} | {efficiency} |"
         )
     return "\n".join(lines)
 

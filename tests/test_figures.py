@@ -98,6 +98,7 @@ DOC: dict[str, Any] = {
             "states_per_second": 33,
             "edges_per_second": 300,
             "peak_memory_mb": 50.0,
+            "rest_over_calls": 0.4,
             "two_workers": {
                 "complete": True,
                 "passed": True,
@@ -106,6 +107,7 @@ DOC: dict[str, Any] = {
                 "transferred_states": 40,
                 "replayed_paths": 0,
                 "peak_memory_mb": 90.0,
+                "parallel_efficiency": 0.87,
             },
         },
     ],
@@ -128,8 +130,10 @@ def test_fuzz_and_explore_tables_show_throughput_and_incompleteness() -> None:
     explore = figures.render_explore(DOC)
     assert "| `c` | a | pages=3, variants=a/b |" in explore
     assert "**no** (time limit), **violation**" in explore
-    assert "| 1,234 | 5,678 | 822 | 3,785 | 64 MB | 1.5 s | — | — |" in explore
-    assert "| 100 | 900 | 33 | 300 | 50 MB | 3.0 s | 2.0 s | 1.50× |" in explore
+    assert "| 1,234 | 5,678 | 822 | 3,785 | 64 MB | 1.5 s | — | — | — | — |" in explore
+    assert "| 100 | 900 | 33 | 300 | 50 MB | 3.0 s | 0.40 | 2.0 s | 1.50× | 87% |" in explore
+    slow = {"explore": [{**DOC["explore"][1], "rest_over_calls": 3.25}]}
+    assert "| 3.0 s | **3.25** |" in figures.render_explore({**DOC, **slow})
     assert list(figures.failures(DOC)) == ["explore c: violation"]
     other = {
         "explore": [{**DOC["explore"][1], "two_workers": {**two_workers(), "distinct_states": 101}}]
