@@ -212,6 +212,9 @@ class ExplorerActor:
         self.channel.inbox.put(("stop",))
 
 
+HASH_SEED = "20261207"  # the explorer actors' PYTHONHASHSEED (any fixed value)
+
+
 class RayBackend:
     """The explorer's :class:`~proofs.explorer.parallel.Backend` on Ray actors (one CPU each).
     A new backend per search: ``kvspec explore`` passes ``lambda: RayBackend(address)``. Its
@@ -228,7 +231,10 @@ class RayBackend:
 
     def start(self, n: int, worker: Callable[[Any, int, int], None]) -> None:
         self.ray, self.owned = connect(self.address, n)
-        actor = self.ray.remote(num_cpus=1, max_restarts=0)(ExplorerActor)
+        # one hash seed for every worker: sets of strings and bytes then cross as exact copies
+        # (an element hashing otherwise would send its state as a path to replay)
+        env = {"env_vars": {"PYTHONHASHSEED": HASH_SEED}}
+        actor = self.ray.remote(num_cpus=1, max_restarts=0, runtime_env=env)(ExplorerActor)
         self.actors = [actor.remote(worker, i, n) for i in range(n)]
 
     def send(self, i: int, message: Any) -> None:

@@ -253,6 +253,22 @@ def test_soak_and_explore_on_a_local_ray_instance(
         for field in ("distinct_states", "distinct_snapshots", "edges", "states_per_depth"):
             assert explored[field] == serial[field], field
         assert explored["workers"] == 2 and explored["address"] == "local"
+        # the block manager's and the scheduler's models cross to the actors (the scheduler's
+        # weak mapping once made it unpicklable), the set-table classes are recomputed there
+        # (carried over, they held the driver's addresses and classed nothing: 45,807 states
+        # instead of 31,781 at the default scope), and states cross as exact copies
+        for argv in (
+            [BM, "--pages", "3", "--tokens", "2"],
+            ["infinilm-scheduler", "--variant", "legacy", "--scope", "base", "--requests", "2"],
+        ):
+            assert main(["explore", *argv, "--workers", "2", "--address", "local", "--json"]) == 0
+            on_ray = json.loads(capsys.readouterr().out)
+            assert main(["explore", *argv, "--json"]) == 0
+            one = json.loads(capsys.readouterr().out)
+            assert on_ray["distinct_states"] == one["distinct_states"], argv
+            assert on_ray["states_per_depth"] == one["states_per_depth"], argv
+            assert on_ray["transferred_states"] > 0 and on_ray["replayed_paths"] == 0, argv
+            assert on_ray["parallel_efficiency"] is not None
     finally:
         ray_module.shutdown()
 

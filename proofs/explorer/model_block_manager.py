@@ -317,6 +317,17 @@ class BlockManagerModel(Model):
             self._classes = layout_classes(bounds.pages)
             self._classed = (SpecBlockManager, ImplBlockManager)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The model for another interpreter (a Ray worker): the set-table classes are keyed by
+        tables that hold this process's element addresses, so the other side computes its own."""
+        state = self.__dict__.copy()
+        state["_classes"] = state["_classes"] is not None  # (a flag: recompute there)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._classes = layout_classes(self.b.pages) if state["_classes"] else None
+
     def initial(self) -> tuple[Any, Any, Any]:
         b = self.b
         spec, target = self.spec_cls(b.pages, b.block_size), self.target_cls(b.pages, b.block_size)

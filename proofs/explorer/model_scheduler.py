@@ -326,6 +326,18 @@ class SchedulerModel(Model):
             self._gone[copied] = known
         return copied
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The model for another interpreter (a Ray worker): the findings about this process's
+        harness objects stay here (a weak mapping cannot be pickled, and its keys are objects
+        of this process), the other side starts with none."""
+        state = self.__dict__.copy()
+        state["_gone"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_gone"] = weakref.WeakKeyDictionary()
+
     def forgotten(self, h: Any) -> frozenset[str]:
         """:func:`_forgotten`, each request tested until it is found forgotten: from then on it
         stays so in ``h`` and in every exact copy of it (:meth:`clone` hands the finding on), since

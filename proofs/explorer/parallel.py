@@ -26,10 +26,15 @@ Fingerprints are ``hash()`` values, and those only mean the same in forked copie
 on CPython 3.11 ``hash(None)`` is an address, and the set tables in a pair key hold element
 addresses. A backend whose workers are other interpreters says ``portable = True``; its workers
 then route a state by a digest of its pair's route (:meth:`Model.route`: the snapshot as the
-pair key holds it) that every interpreter computes alike (:func:`stable_digest`), states cross
-as paths only, and an owner fingerprints every state it is sent itself (after replaying its
-path) instead of trusting the sender's number. Ownership stays by pair, so a pair's states still
-share one memo; the cost is a replay per incoming path and a digest per new pair.
+pair key holds it) that every interpreter computes alike (:func:`stable_digest`), and an owner
+fingerprints every state it is sent itself instead of trusting the sender's number. States
+still cross as exact copies where the model packs them: every set is rebuilt with the sender's
+table only where each element hashes here as it did there (``NotPortable`` otherwise: Ray
+workers share one ``PYTHONHASHSEED``, so strings and bytes do), and the owner checks the route's
+digest against the sender's (the whole fingerprint cannot be compared across interpreters); a
+state that fails either is replayed from its path. Ownership stays by pair, so a pair's states
+still share one memo; the cost over forked workers is that every offered state is sent (an
+owner cannot tell from a foreign fingerprint that it has one) and a digest per new pair.
 """
 
 from __future__ import annotations
@@ -187,9 +192,12 @@ class _Worker:
         # this layer's successors offered to their owners: fingerprint -> its path and what
         # packs it (``None``: sent as its path only)
         self.offers: dict[int, tuple[Path, tuple[int, int, int, int, int, Any] | None]] = {}
-        # states cross as exact copies of their objects between forked workers (hash values and
-        # addresses of shared objects agree there); a portable search sends paths
-        self.exact = not portable and exact_ready()
+        # states cross as exact copies of their objects (every set by its table, each element's
+        # hash checked on arrival: NotPortable where it differs); between forked workers the
+        # owner checks the whole fingerprint, in a portable search the route's stable digest
+        # (hash values and addresses differ between interpreters), and replays the path where
+        # either differs
+        self.exact = exact_ready()
         self.transferred = self.replayed = 0
         self.expanded = 0  # frontier states expanded in the last layer
         # this worker's own clocks (the floor and the parallel efficiency)
@@ -260,18 +268,22 @@ class _Worker:
         return [fp for fp in fps if fp not in seen]
 
     def pack_offered(self, fps: list[int]) -> list[Any]:
-        """(fingerprint, path, packed objects or ``None``) of the offered states ``fps``."""
+        """(fingerprint, path, packed objects or ``None``, the route's stable digest in a
+        portable search) of the offered states ``fps``."""
         offers, self.offers = self.offers, {}
         out = []
+        routes = self.routes if self.portable else None
         for fp in fps:
             path, offer = offers[fp]
-            out.append((fp, path, None if offer is None else self.pack(*offer)))
+            packed = None if offer is None else self.pack(*offer)
+            route = None if routes is None or offer is None else routes[offer[3]]
+            out.append((fp, path, packed, route))
         return out
 
     def pack(self, pid: int, gid: int, index: int, succ: int, g: int, objects: Any) -> bytes | None:
         """A successor sent to its owner as its objects (exact copies, set tables included:
-        :meth:`Model.pack`), or ``None`` where only its path can go (a portable
-        search, or objects ``pickle`` cannot write): the owner then replays the path."""
+        :meth:`Model.pack`), or ``None`` where only its path can go (objects ``pickle``
+        cannot write): the owner then replays the path."""
         if not self.exact:
             return None
         exp = self.exp
@@ -283,9 +295,9 @@ class _Worker:
             self.exact = False
             return None
 
-    def ingest(self, items: list[tuple[int, Path, bytes | None]]) -> tuple[Any, ...]:
+    def ingest(self, items: list[tuple[int, Path, bytes | None, int | None]]) -> tuple[Any, ...]:
         exp = self.exp
-        for fp, path, packed in items:
+        for fp, path, packed, route in items:
             if fp in self.seen and not self.portable:
                 continue
             pid = -1
@@ -297,7 +309,11 @@ class _Worker:
                 spec, target, gen = unpacked
                 snap = exp.model.reader(spec)
                 pid, gid = exp.pair(spec, target, snap), exp.gid(gen)
-                if exp.fingerprint(pid, gid) == fp:
+                if (
+                    (self.routes[pid] == route)
+                    if self.portable
+                    else exp.fingerprint(pid, gid) == fp
+                ):
                     self.transferred += 1
                 else:  # not the state sent (a key that holds addresses of other objects than
                     pid = -1  # small ints and shared ones): rebuilt from its path
@@ -422,10 +438,12 @@ def explore_layers(
                     asked[sender[fp]].append(fp)
             for j in range(workers):
                 pool.send(j, ("pack", asked[j]))
-            incoming: list[list[tuple[int, Path, bytes | None]]] = [[] for _ in range(workers)]
+            incoming: list[list[tuple[int, Path, bytes | None, int | None]]] = [
+                [] for _ in range(workers)
+            ]
             for j in range(workers):
-                for fp, path, packed in pool.receive(j):
-                    incoming[owners[fp]].append((fp, path, packed))
+                for item in pool.receive(j):
+                    incoming[owners[item[0]]].append(item)
             for i in range(workers):
                 pool.send(i, ("ingest", incoming[i]))
             oks = [pool.receive(i) for i in range(workers)]
