@@ -352,14 +352,11 @@ class _WindowRunNotReset(SlidingWindowManager):
         self, block_hashes: Sequence[Any], max_length: int, eagle: bool
     ) -> list[KVCacheBlock]:
         # the cached blocks are counted as one run across a miss: a hit whose window has a hole
-        # (raw map entries: with duplicate cache entries one is a dict, handed out as a "block";
-        # the kills recorded so far come from that, not from the missing reset: issue 26 note)
-        entries = self.block_pool.cached_block_hash_to_block._cache
+        lookup = self.block_pool.cached_block_hash_to_block.get_one_block
         found = [
-            entries.get(block_hashes[i] + b"\x00\x00\x00\x01")
-            for i in range(max_length // self.block_size)
+            lookup(block_hashes[i] + self.suffix) for i in range(max_length // self.block_size)
         ]
-        cached = [i for i, e in enumerate(found) if e is not None]
+        cached = [i for i, b in enumerate(found) if b is not None]
         if len(cached) < self.need + eagle or not cached:
             return super().find_window_hit(block_hashes, max_length, eagle)
         end = cached[-1] + 1
@@ -575,7 +572,8 @@ PREFIX_CACHE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("window_blocks_never_freed", "planted (issue 26): sliding window kept whole",
            WindowBlocksNeverFreed, "snapshot", variant="r0.34"),
     Mutant("window_run_not_reset", "planted (issue 26): window hit across a miss",
-           WindowRunNotReset, "return_value", variant="r0.34"),
+           WindowRunNotReset, "return_value", variant="r0.34",
+           options={"sliding_window": 3, "block_size": 1}),
     Mutant("window_nulls_counted_evictable", "vLLM PR #19031 (G2) on a window hit",
            WindowNullsCountedEvictable, "return_value", variant="r0.34"),
     Mutant("window_freed_oldest_first", "planted (issue 26): window free order",

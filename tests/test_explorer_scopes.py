@@ -19,7 +19,6 @@ from stateful_tests.mutants_vllm import StoreThresholdOffByOne as ThresholdOffBy
 from stateful_tests.mutants_vllm_prefix import (
     ChunkCurrentChunkFreed,
     MambaCountsEveryPosition,
-    WindowRunNotReset,
 )
 
 TINY = {"capacity": 1, "keys": 2}  # the offload bounds every configuration shares here
@@ -279,8 +278,9 @@ def test_an_option_configuration_the_overrides_rule_out_is_left_out() -> None:
     [
         (PrefixEventsLost, "unhashed_first", "events", [False, True]),
         (ExternalBlocksAsNew, "unhashed_first", "external", [0, 1]),
-        # issue 26: 0.34's hybrid coordinator (full attention + a sliding window)
-        (WindowRunNotReset, "r0.34", "window", [0, 2]),
+        # issue 26: 0.34's hybrid coordinator. (The window configuration is not here: its one
+        # catch, window_run_not_reset, came from the mutant handing out a raw map entry as a
+        # block; the honest mutant, and every other window mutant, survive it — an open gap.)
         (ChunkCurrentChunkFreed, "r0.34", "chunk", [0, 2]),
         (MambaCountsEveryPosition, "r0.34", "mamba", [False, True]),
     ],
