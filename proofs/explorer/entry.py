@@ -17,7 +17,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
-from proofs.explorer.search import ExploreResult, explore
+from proofs.explorer.search import ExploreResult, efficiency, explore, floor
 
 
 def bound_names(bounds_cls: type) -> tuple[str, ...]:
@@ -212,19 +212,17 @@ class Exploration:
 
 
 def _floor(results: Sequence[ExploreResult]) -> dict[str, float]:
-    """The floor of several searches together (see :attr:`ExploreResult.floor`)."""
-    total = ExploreResult("", "", {})
-    total.call_seconds = sum(r.call_seconds for r in results)
-    total.cpu_seconds = sum(r.cpu_seconds for r in results)
-    return total.floor
+    """The floor of several searches together (see :func:`~proofs.explorer.search.floor`)."""
+    return floor(sum(r.call_seconds for r in results), sum(r.cpu_seconds for r in results))
 
 
 def _efficiency(results: Sequence[ExploreResult]) -> float | None:
-    """The parallel efficiency of several searches on workers together (their CPU seconds over
-    workers x wall seconds), ``None`` in one process."""
+    """The parallel efficiency of several searches on workers together, ``None`` in one
+    process."""
     runs = [r for r in results if r.parallel_efficiency is not None]
-    wall = sum(r.workers * r.seconds for r in runs)
-    return round(sum(sum(r.worker_cpu_seconds) for r in runs) / wall, 3) if wall else None
+    return efficiency(
+        sum(sum(r.worker_cpu_seconds) for r in runs), sum(r.workers * r.seconds for r in runs)
+    )
 
 
 def run(

@@ -199,7 +199,7 @@ class _Worker:
         # either differs
         self.exact = exact_ready()
         self.transferred = self.replayed = 0
-        self.expanded = 0  # frontier states expanded in the last layer
+        self.expanded = 0  # frontier states expanded in the last layer (set by expand)
         # this worker's own clocks (the floor and the parallel efficiency)
         self.cpu0, self.calls0 = time.process_time(), engine.CALL_CLOCK[0]
 
@@ -223,7 +223,7 @@ class _Worker:
         """This worker's frontier, or the part of it before ``deadline`` or before it holds more
         than ``memory`` MB resident."""
         exp, n, wid = self.exp, self.n, self.wid
-        self.expanded = 0
+        self.expanded = len(self.frontier)  # (cut below where a stop ends the layer)
         outgoing: list[list[int]] = [[] for _ in range(n)]  # offers by fingerprint, per owner
         offers = self.offers = {}
         fps, routes = exp.pair_fps, self.routes
@@ -234,10 +234,11 @@ class _Worker:
         kept = self.kept = set()
         for done, (path, pid, gid) in enumerate(self.frontier):
             if deadline is not None and time.perf_counter() > deadline:
+                self.expanded = done
                 return ("deadline", outgoing, len(self.frontier) - done)
             if memory is not None and not done & 255 and rss_mb() > memory:
+                self.expanded = done
                 return ("max_memory", outgoing, len(self.frontier) - done)
-            self.expanded += 1
             left[pid] -= 1
             successors, found = exp.expand(pid, gid, not left[pid] and pid not in kept)
             if found is not None:
@@ -383,6 +384,7 @@ def explore_layers(
             message = conn.recv()
             if message[0] == "expand":
                 if share is not None and len(me.seen) >= share:
+                    me.expanded = 0  # (this layer: nothing)
                     conn.send(("full", [[] for _ in range(n)], len(me.frontier)))
                 else:
                     conn.send(me.expand(message[1], memory))

@@ -338,23 +338,17 @@ class ExploreResult:
 
     @property
     def floor(self) -> dict[str, float]:
-        """The explorer's cost against the calls' own: ``rest_over_calls`` is the CPU seconds
-        not spent inside a spec or target method per second that is (goal: at most 0.5)."""
-        rest = max(self.cpu_seconds - self.call_seconds, 0.0)
-        return {
-            "call_seconds": round(self.call_seconds, 3),
-            "rest_seconds": round(rest, 3),
-            "rest_over_calls": round(rest / self.call_seconds, 2) if self.call_seconds else 0.0,
-        }
+        """The explorer's cost against the calls' own (see :func:`floor`)."""
+        return floor(self.call_seconds, self.cpu_seconds)
 
     @property
     def parallel_efficiency(self) -> float | None:
         """``--workers``: the workers' CPU seconds over workers x wall seconds (1.0: every
         worker busy all the time; the layer barriers, transfers and the coordinator's share
         lower it). ``None`` for a search in one process."""
-        if self.workers < 2 or self.seconds <= 0 or not self.worker_cpu_seconds:
+        if self.workers < 2 or not self.worker_cpu_seconds:
             return None
-        return round(sum(self.worker_cpu_seconds) / (self.workers * self.seconds), 3)
+        return efficiency(sum(self.worker_cpu_seconds), self.workers * self.seconds)
 
     @property
     def passed(self) -> bool:
@@ -399,6 +393,22 @@ class ExploreResult:
             "message": self.message,
             "violations": [v.to_json() for v in self.violations],
         }
+
+
+def floor(call_seconds: float, cpu_seconds: float) -> dict[str, float]:
+    """``rest_over_calls``: the CPU seconds not spent inside a spec or target method per second
+    that is (goal: at most 0.5)."""
+    rest = max(cpu_seconds - call_seconds, 0.0)
+    return {
+        "call_seconds": round(call_seconds, 3),
+        "rest_seconds": round(rest, 3),
+        "rest_over_calls": round(rest / call_seconds, 2) if call_seconds else 0.0,
+    }
+
+
+def efficiency(worker_cpu_seconds: float, worker_wall_seconds: float) -> float | None:
+    """Workers' CPU seconds over the wall seconds they were there for (workers x wall)."""
+    return round(worker_cpu_seconds / worker_wall_seconds, 3) if worker_wall_seconds > 0 else None
 
 
 Progress = Callable[[int, int, int], None]  # (distinct states, edges, depth)
@@ -553,10 +563,9 @@ def _serial(
         nxt: list[tuple[int, int, int]] = []
         left = Counter(pid for _, pid, _ in frontier)  # frontier states still to use each pair
         kept: set[int] = set()  # pairs of the next frontier (they keep their objects)
-        expanded.append(0)
+        expanded.append(len(frontier))  # (cut below where a stop or violation ends the layer)
         for position, (sid, pid, gid) in enumerate(frontier):
             left[pid] -= 1
-            expanded[-1] += 1
             successors, found = exp.expand(pid, gid, not left[pid] and pid not in kept)
             if found is None:
                 for index, succ, g, objects in successors:
@@ -582,6 +591,7 @@ def _serial(
                         stop = "max_states"
                         break
             if found is not None:
+                expanded[-1] = position + 1
                 result.distinct_states, result.distinct_snapshots = len(seen), len(observed)
                 per_depth.extend([len(nxt)] if nxt else [])
                 return ([*_path(parent, via, sid), *found[0]], found[1]), None, 0
@@ -594,7 +604,9 @@ def _serial(
                     if rss_mb() > memory:
                         stop = "max_memory"
             if stop is not None:
-                unexpanded = len(frontier) - position - (stop != "max_states") + len(nxt)
+                # the state at ``position`` was expanded in full unless max_states cut it short
+                expanded[-1] = position + (stop != "max_states")
+                unexpanded = len(frontier) - expanded[-1] + len(nxt)
                 break
             if progress is not None and time.perf_counter() - last_report > 0.25:
                 last_report = time.perf_counter()
